@@ -1,0 +1,97 @@
+// Operations CLI (`npm run cli -- <command>`, decisions 4): the server's configuration, one JSON
+// object on stdout, `{code, message}` on stderr and a non-zero exit on failure.
+import { parseArgs } from 'node:util'
+import type { FastifyInstance } from 'fastify'
+import { buildApp } from './app.ts'
+import { type ConfigSource, configFromEnv, loadConfig } from './config.ts'
+import { migrateToLatest } from './db/migrator.ts'
+import { developmentSecret } from './dev-secret.ts'
+import { AppError } from './errors.ts'
+import { createOrganization } from './services/organizations.ts'
+
+interface Command {
+  usage: string
+  /** Whether the app migrates while starting; `migrate` does it itself to report what it applied. */
+  migrateOnStart: boolean
+  options: Record<string, { type: 'string' | 'boolean' }>
+  run(app: FastifyInstance, values: Record<string, string | boolean | undefined>): Promise<unknown>
+}
+
+class UsageError extends Error {}
+
+function required(values: Record<string, string | boolean | undefined>, name: string): string {
+  const value = values[name]
+  if (typeof value !== 'string' || value.trim() === '') throw new UsageError(`--${name} is required`)
+  return value
+}
+
+const commands: Record<string, Command> = {
+  migrate: {
+    usage: 'migrate',
+    migrateOnStart: false,
+    options: {},
+    run: async (app) => ({ applied: await migrateToLatest(app.db) }),
+  },
+  'org create': {
+    usage: 'org create --name NAME',
+    migrateOnStart: true,
+    options: { name: { type: 'string' } },
+    run: async (app, values) => {
+      const organization = await createOrganization(app.db, { name: required(values, 'name') })
+      return { organizationId: organization.id }
+    },
+  },
+}
+
+function usage(): string {
+  return `usage: npm run cli -- <command>\n${Object.values(commands)
+    .map((c) => `  ${c.usage}`)
+    .join('\n')}`
+}
+
+async function configSource(): Promise<ConfigSource> {
+  const source = configFromEnv(process.env)
+  // Outside production, reuse the secret `npm run dev` keeps, so operations work on the dev setup.
+  if (!source['platform.auth.jwt.secret'] && source['platform.profile'] !== 'production') {
+    source['platform.auth.jwt.secret'] = await developmentSecret(source['platform.data-dir'] ?? '.data')
+  }
+  return source
+}
+
+function fail(code: string, message: string): never {
+  process.stderr.write(`${JSON.stringify({ code, message })}\n`)
+  process.exit(code === 'USAGE' ? 2 : 1)
+}
+
+async function main(argv: string[]) {
+  const name = [argv.slice(0, 2).join(' '), argv[0] ?? ''].find((candidate) => candidate in commands)
+  const command = name === undefined ? undefined : commands[name]
+  if (!name || !command) fail('USAGE', usage())
+  const args = argv.slice(name.split(' ').length)
+  let values: Record<string, string | boolean | undefined>
+  try {
+    values = parseArgs({ args, options: command.options, strict: true, allowPositionals: false }).values
+  } catch (error) {
+    fail('USAGE', `${(error as Error).message}\n${usage()}`)
+  }
+  const source = await configSource()
+  source['platform.datasource.migrate-on-start'] = String(command.migrateOnStart)
+  const config = loadConfig(source)
+  const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'warn', logStream: process.stderr })
+  try {
+    await app.ready()
+    const result = await command.run(app, values)
+    process.stdout.write(`${JSON.stringify(result)}\n`)
+  } finally {
+    await app.close()
+  }
+}
+
+try {
+  await main(process.argv.slice(2))
+} catch (error) {
+  if (error instanceof UsageError) fail('USAGE', `${error.message}\n${usage()}`)
+  if (error instanceof AppError) fail(error.code, error.message)
+  if (error instanceof Error && error.name === 'ConfigError') fail('CONFIGURATION_INVALID', error.message)
+  fail('INTERNAL_ERROR', error instanceof Error ? error.message : String(error))
+}

@@ -1,0 +1,289 @@
+import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+
+// The whole configuration surface (decisions.md section 2) as one TypeBox schema. Each leaf's
+// dotted property name is derived from its path: `auth.jwt.accessTokenTtl` is
+// `platform.auth.jwt.access-token-ttl`, and its environment variable is
+// `PLATFORM_AUTH_JWT_ACCESS_TOKEN_TTL`.
+
+/** Marks how a leaf's text is parsed before validation; durations are held in seconds, sizes in bytes. */
+const PARSE = 'x-parse'
+type ParseKind = 'duration' | 'size'
+
+const Duration = (defaultText: string) =>
+  Type.Integer({ minimum: 1, default: parseDuration(defaultText), [PARSE]: 'duration' })
+const Size = (defaultText: string) => Type.Integer({ minimum: 1, default: parseSize(defaultText), [PARSE]: 'size' })
+const Text = (defaultValue: string) => Type.String({ minLength: 1, default: defaultValue })
+const OptionalText = () => Type.Optional(Type.String({ minLength: 1 }))
+const List = (defaultValue: string[]) => Type.Array(Type.String({ minLength: 1 }), { default: defaultValue })
+const Url = (defaultValue?: string) =>
+  defaultValue === undefined
+    ? Type.Optional(Type.String({ pattern: '^[a-z][a-z0-9+.-]*://' }))
+    : Type.String({ pattern: '^[a-z][a-z0-9+.-]*://', default: defaultValue })
+const Count = (defaultValue: number, minimum = 1) => Type.Integer({ minimum, default: defaultValue })
+
+export const Profiles = ['development', 'default', 'production'] as const
+
+export const ConfigSchema = Type.Object({
+  profile: Type.Union(
+    Profiles.map((p) => Type.Literal(p)),
+    { default: 'default' },
+  ),
+  dataDir: Text('.data'),
+  server: Type.Object({
+    host: Text('0.0.0.0'),
+    port: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
+    trustProxy: Text('false'),
+  }),
+  web: Type.Object({
+    publicUrl: Url('http://localhost:8080'),
+    frontendUrl: Url(),
+    cors: Type.Object({ allowedOrigins: List([]) }),
+  }),
+  auth: Type.Object({
+    jwt: Type.Object({
+      secret: Type.String({ default: '' }),
+      issuer: Text('platform-core-auth'),
+      userAudience: Text('platform-user'),
+      serviceAudience: Text('platform-service'),
+      accessTokenTtl: Duration('12m'),
+    }),
+    refreshToken: Type.Object({ ttl: Duration('30d') }),
+    session: Type.Object({ absoluteTtl: Duration('90d') }),
+    rateLimit: Type.Object({ loginPerMinute: Count(10), resetPerHour: Count(5) }),
+    cookie: Type.Object({
+      accessTokenName: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'access_token' }),
+      refreshTokenName: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'refresh_token' }),
+      secure: Type.Boolean({ default: true }),
+      sameSite: Type.Union([Type.Literal('Strict'), Type.Literal('Lax'), Type.Literal('None')], {
+        default: 'Lax',
+      }),
+    }),
+    lockout: Type.Object({ maxAttempts: Count(5), durationMinutes: Count(15) }),
+    apiKey: Type.Object({
+      headerName: Type.String({ pattern: '^[A-Za-z0-9-]+$', default: 'X-Api-Key' }),
+      prefix: Type.String({ pattern: '^[A-Za-z0-9_]+$', default: 'sk_live_' }),
+    }),
+    otp: Type.Object({ requiredForRoles: List(['admin']), issuer: Text('Platform') }),
+    password: Type.Object({ minLength: Type.Integer({ minimum: 8, maximum: 256, default: 12 }) }),
+    invitation: Type.Object({ ttl: Duration('7d') }),
+    passwordReset: Type.Object({ ttl: Duration('1h') }),
+    sessionVersion: Type.Object({ enabled: Type.Boolean({ default: false }) }),
+  }),
+  datasource: Type.Object({
+    url: Url(),
+    poolSize: Count(10),
+    migrateOnStart: Type.Boolean({ default: true }),
+  }),
+  authz: Type.Object({
+    openfga: Type.Object({
+      apiUrl: Url(),
+      storeId: OptionalText(),
+      modelId: OptionalText(),
+      apiToken: OptionalText(),
+    }),
+  }),
+  storage: Type.Object({
+    s3: Type.Object({
+      endpoint: Url(),
+      publicEndpoint: Url(),
+      region: Text('us-east-1'),
+      bucket: Text('platform'),
+      accessKeyId: OptionalText(),
+      secretAccessKey: OptionalText(),
+      pathStyle: Type.Boolean({ default: true }),
+    }),
+    uploadUrlTtl: Duration('15m'),
+    downloadUrlTtl: Duration('5m'),
+    maxFileSize: Size('100MB'),
+  }),
+  mail: Type.Object({
+    smtp: Type.Object({ url: Url() }),
+    from: Text('no-reply@localhost'),
+  }),
+  docs: Type.Object({ enabled: Type.Optional(Type.Boolean()) }),
+})
+
+type RawConfig = Static<typeof ConfigSchema>
+
+/** The validated configuration; derived defaults (frontend URL, docs switch) are filled in. */
+export type Config = RawConfig & {
+  web: RawConfig['web'] & { frontendUrl: string }
+  docs: { enabled: boolean }
+}
+
+/** A dotted property map, e.g. `{ 'platform.auth.jwt.secret': '…' }`. */
+export type ConfigSource = Record<string, string | undefined>
+
+export class ConfigError extends Error {
+  readonly property: string
+  constructor(property: string, message: string) {
+    super(`Invalid configuration: ${property} (${envName(property)}) ${message}`)
+    this.name = 'ConfigError'
+    this.property = property
+  }
+}
+
+const PREFIX = 'platform'
+const MIN_SECRET_BYTES = 32
+
+/** Environment variables accepted besides the derived names. */
+const ENV_ALIASES: Record<string, string> = {
+  PORT: 'platform.server.port',
+  DATABASE_URL: 'platform.datasource.url',
+}
+
+const kebab = (key: string) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
+
+export function envName(property: string): string {
+  return property.toUpperCase().replace(/[.-]/g, '_')
+}
+
+interface Leaf {
+  property: string
+  path: string[]
+  schema: TSchema
+}
+
+function leaves(schema: TObject, path: string[] = []): Leaf[] {
+  return Object.entries(schema.properties).flatMap(([key, child]) => {
+    const childPath = [...path, key]
+    if (child.type === 'object' && 'properties' in child) return leaves(child as TObject, childPath)
+    return [{ property: [PREFIX, ...childPath.map(kebab)].join('.'), path: childPath, schema: child }]
+  })
+}
+
+const LEAVES = leaves(ConfigSchema)
+
+/** Every configuration property name, for documentation and tests. */
+export const configProperties: readonly string[] = LEAVES.map((l) => l.property)
+
+/** Maps the process environment to dotted property names (derived names win over aliases). */
+export function configFromEnv(env: NodeJS.ProcessEnv): ConfigSource {
+  const source: ConfigSource = {}
+  for (const [alias, property] of Object.entries(ENV_ALIASES)) {
+    if (env[alias] !== undefined) source[property] = env[alias]
+  }
+  for (const { property } of LEAVES) {
+    const value = env[envName(property)]
+    if (value !== undefined) source[property] = value
+  }
+  return source
+}
+
+export function parseDuration(text: string): number {
+  const trimmed = text.trim()
+  const simple = /^(\d+)\s*(s|m|h|d)?$/i.exec(trimmed)
+  if (simple?.[1]) {
+    const unit = (simple[2] ?? 's').toLowerCase()
+    const factor = { s: 1, m: 60, h: 3600, d: 86400 }[unit] ?? 1
+    return Number(simple[1]) * factor
+  }
+  const iso = /^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$/i.exec(trimmed)
+  if (iso && trimmed.length > 1 && !/T$/i.test(trimmed)) {
+    const [, d = '0', h = '0', m = '0', s = '0'] = iso
+    return Number(d) * 86400 + Number(h) * 3600 + Number(m) * 60 + Number(s)
+  }
+  throw new Error(`'${text}' is not a duration (examples: 720, 720s, 12m, 30d, PT12M)`)
+}
+
+export function parseSize(text: string): number {
+  const match = /^(\d+)\s*(B|KB|MB|GB)?$/i.exec(text.trim())
+  if (!match?.[1]) throw new Error(`'${text}' is not a size (examples: 1048576, 512KB, 100MB, 1GB)`)
+  const unit = (match[2] ?? 'B').toUpperCase()
+  const factor = { B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3 }[unit] ?? 1
+  return Number(match[1]) * factor
+}
+
+function parseLeaf(leaf: Leaf, text: string): unknown {
+  const kind = (leaf.schema as { [PARSE]?: ParseKind })[PARSE]
+  if (kind === 'duration') return parseDuration(text)
+  if (kind === 'size') return parseSize(text)
+  switch (leaf.schema.type) {
+    case 'integer': {
+      if (!/^-?\d+$/.test(text.trim())) throw new Error(`'${text}' is not an integer`)
+      return Number(text)
+    }
+    case 'boolean': {
+      const normalized = text.trim().toLowerCase()
+      if (normalized === 'true') return true
+      if (normalized === 'false') return false
+      throw new Error(`'${text}' is not true or false`)
+    }
+    case 'array':
+      return text
+        .split(',')
+        .map((item) => item.trim())
+        .filter((item) => item.length > 0)
+    default:
+      return text.trim()
+  }
+}
+
+/** Returns the object holding the leaf at `path`, creating the sections on the way. */
+function sectionOf(target: Record<string, unknown>, path: string[]): Record<string, unknown> {
+  let node = target
+  for (const key of path.slice(0, -1)) {
+    node[key] ??= {}
+    node = node[key] as Record<string, unknown>
+  }
+  return node
+}
+
+function propertyOfInstancePath(instancePath: string): string {
+  const segments = instancePath.split('/').filter(Boolean)
+  const leaf = LEAVES.find((l) => l.path.join('/') === segments.slice(0, l.path.length).join('/'))
+  return leaf?.property ?? [PREFIX, ...segments.map(kebab)].join('.')
+}
+
+/** Decodes a base64 JWT secret, or explains why it is not acceptable. */
+export function decodeJwtSecret(secret: string): Buffer {
+  const property = 'platform.auth.jwt.secret'
+  const text = secret.trim()
+  if (text.length === 0) throw new ConfigError(property, 'is required: a base64 value of at least 256 bits')
+  if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || text.length % 4 === 1) {
+    throw new ConfigError(property, 'must be base64 encoded')
+  }
+  const bytes = Buffer.from(text, 'base64')
+  if (bytes.length < MIN_SECRET_BYTES) {
+    throw new ConfigError(property, `must decode to at least 256 bits (got ${bytes.length * 8})`)
+  }
+  return bytes
+}
+
+/**
+ * Builds the validated configuration from dotted properties. Unknown `platform.*` names are
+ * rejected, so a misspelt property never silently falls back to its default.
+ */
+export function loadConfig(source: ConfigSource): Config {
+  const known = new Set(configProperties)
+  for (const name of Object.keys(source)) {
+    if (name.startsWith(`${PREFIX}.`) && !known.has(name)) throw new ConfigError(name, 'is not a known property')
+  }
+  const raw: Record<string, unknown> = {}
+  for (const leaf of LEAVES) {
+    const section = sectionOf(raw, leaf.path)
+    const text = source[leaf.property]
+    if (text === undefined || (text.trim() === '' && leaf.property !== 'platform.auth.jwt.secret')) continue
+    try {
+      section[leaf.path[leaf.path.length - 1] as string] = parseLeaf(leaf, text)
+    } catch (error) {
+      throw new ConfigError(leaf.property, (error as Error).message)
+    }
+  }
+  const withDefaults = Value.Default(ConfigSchema, raw)
+  const firstError = Value.Errors(ConfigSchema, withDefaults).First()
+  if (firstError) {
+    throw new ConfigError(propertyOfInstancePath(firstError.path), firstError.message.toLowerCase())
+  }
+  const config = withDefaults as RawConfig
+  decodeJwtSecret(config.auth.jwt.secret)
+  if (config.auth.cookie.sameSite === 'None' && !config.auth.cookie.secure) {
+    throw new ConfigError('platform.auth.cookie.same-site', 'None requires platform.auth.cookie.secure=true')
+  }
+  return {
+    ...config,
+    web: { ...config.web, frontendUrl: config.web.frontendUrl ?? config.web.publicUrl },
+    docs: { enabled: config.docs.enabled ?? config.profile !== 'production' },
+  }
+}

@@ -1,0 +1,35 @@
+import { AsyncLocalStorage } from 'node:async_hooks'
+import { AppError } from './errors.ts'
+
+// The only module that touches AsyncLocalStorage. Each request runs inside a tenant context
+// (entered by plugins/tenant.ts); domain code reads the organization from here, not from a
+// parameter. Detached work (timers, queues) does not inherit it: pass the organization explicitly
+// and enter it with `runWithTenant`.
+
+export interface TenantContext {
+  readonly organizationId: string | null
+}
+
+const storage = new AsyncLocalStorage<TenantContext>()
+
+export function runWithTenant<T>(organizationId: string | null, fn: () => T): T {
+  return storage.run({ organizationId }, fn)
+}
+
+/** Enters an existing context object; used by the tenant plugin's hooks. */
+export function enterTenantContext(context: TenantContext, fn: () => void): void {
+  storage.run(context, fn)
+}
+
+export function currentTenant(): string | null {
+  return storage.getStore()?.organizationId ?? null
+}
+
+/** The current organization, or 403 ORGANIZATION_REQUIRED for principals without one. */
+export function requireTenant(): string {
+  const organizationId = currentTenant()
+  if (organizationId === null) {
+    throw new AppError('ORGANIZATION_REQUIRED', 'This operation needs a principal that belongs to an organization')
+  }
+  return organizationId
+}

@@ -1,0 +1,105 @@
+import { mkdir } from 'node:fs/promises'
+import { PGlite } from '@electric-sql/pglite'
+import { Kysely, PostgresDialect, type TransactionBuilder } from 'kysely'
+import pg from 'pg'
+import { type Config, ConfigError } from '../config.ts'
+import { PGliteDialect } from './pglite-dialect.ts'
+import type { Database, Tx } from './schema.ts'
+
+export interface PoolStats {
+  total: number
+  idle: number
+  waiting: number
+  max: number
+}
+
+/** An open database: the Kysely instance plus what the app needs to observe and close it. */
+export interface DatabaseHandle {
+  readonly db: Kysely<Database>
+  readonly kind: 'postgres' | 'pglite'
+  stats(): PoolStats
+  close(): Promise<void>
+}
+
+// int8 (counts, sums) stays a string on both drivers, so embedded and real behave alike.
+const INT8_OID = 20
+
+export interface PostgresOptions {
+  poolSize?: number
+  /** Called for errors of idle pooled clients (a server restart), which would otherwise crash the process. */
+  onIdleError?: (error: Error) => void
+}
+
+export function openPostgres(url: string, options: PostgresOptions = {}): DatabaseHandle {
+  const max = options.poolSize ?? 10
+  const pool = new pg.Pool({
+    connectionString: url,
+    max,
+    connectionTimeoutMillis: 5_000,
+    idleTimeoutMillis: 30_000,
+    application_name: 'platform-core',
+    // A runaway query must not hold a pooled connection forever.
+    statement_timeout: 30_000,
+    idle_in_transaction_session_timeout: 60_000,
+  })
+  pool.on('error', (error) => options.onIdleError?.(error))
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
+  return {
+    db,
+    kind: 'postgres',
+    stats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max }),
+    close: () => db.destroy(),
+  }
+}
+
+/** Embedded PostgreSQL (PGlite): in memory without a directory, persisted under it otherwise. */
+export async function openPGlite(directory?: string): Promise<DatabaseHandle> {
+  if (directory) await mkdir(directory, { recursive: true })
+  const pglite = new PGlite({ dataDir: directory, parsers: { [INT8_OID]: (value: string) => value } })
+  await pglite.waitReady
+  const db = new Kysely<Database>({ dialect: new PGliteDialect(pglite) })
+  return {
+    db,
+    kind: 'pglite',
+    stats: () => ({ total: 1, idle: 1, waiting: 0, max: 1 }),
+    close: () => db.destroy(),
+  }
+}
+
+/** The configured database: PostgreSQL when a URL is set, PGlite otherwise (never under production). */
+export async function openDatabase(config: Config, options: PostgresOptions = {}): Promise<DatabaseHandle> {
+  const url = config.datasource.url
+  if (url) return openPostgres(url, { poolSize: config.datasource.poolSize, ...options })
+  if (config.profile === 'production') {
+    throw new ConfigError('platform.datasource.url', 'is required under the production profile')
+  }
+  return openPGlite(`${config.dataDir}/pglite`)
+}
+
+/**
+ * The one way to run a unit of work atomically. Repositories take the transaction as their first
+ * argument; functions that must run inside one take `Tx`, so calling them outside does not type-check.
+ */
+export function inTransaction<T>(
+  db: Kysely<Database>,
+  work: (trx: Tx) => Promise<T>,
+  configure: (builder: TransactionBuilder<Database>) => TransactionBuilder<Database> = (b) => b,
+): Promise<T> {
+  return configure(db.transaction()).execute(work)
+}
+
+const UNAVAILABLE_NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'ETIMEDOUT', 'EPIPE', 'EAI_AGAIN'])
+
+/** True when an error means "the database cannot be reached", as opposed to a bad query. */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  if (!(error instanceof Error)) return false
+  const code = (error as { code?: unknown }).code
+  if (typeof code === 'string') {
+    if (UNAVAILABLE_NETWORK_CODES.has(code)) return true
+    // SQLSTATE class 08 connection exception, 57P0x shutdown / cannot connect now, 53300 too many connections.
+    if (/^08...$/.test(code) || /^57P0[1-3]$/.test(code) || code === '53300') return true
+  }
+  return /timeout exceeded when trying to connect|Connection terminated|connection is closed|PGlite is closed/i.test(
+    error.message,
+  )
+}

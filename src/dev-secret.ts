@@ -1,0 +1,23 @@
+import { randomBytes } from 'node:crypto'
+import { mkdir, readFile, writeFile } from 'node:fs/promises'
+import path from 'node:path'
+
+/**
+ * The development JWT secret: kept under the data directory (gitignored) so sessions survive
+ * restarts of `npm run dev`; created with 384 random bits on first use, readable by the owner only.
+ */
+export async function developmentSecret(dataDir: string): Promise<string> {
+  const file = path.join(dataDir, 'dev-jwt-secret')
+  try {
+    return (await readFile(file, 'utf8')).trim()
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+  }
+  await mkdir(dataDir, { recursive: true })
+  const secret = randomBytes(48).toString('base64')
+  await writeFile(file, `${secret}\n`, { mode: 0o600, flag: 'wx' }).catch(async (error) => {
+    // Another process created it first: use theirs.
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+  })
+  return (await readFile(file, 'utf8')).trim()
+}

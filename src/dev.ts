@@ -1,0 +1,32 @@
+// The dev launcher (`npm run dev`): the service on embedded defaults, nothing to install.
+import { buildApp } from './app.ts'
+import { configFromEnv, loadConfig } from './config.ts'
+import { developmentSecret } from './dev-secret.ts'
+import { exitOnStartupError, serve } from './lifecycle.ts'
+
+try {
+  const source = configFromEnv(process.env)
+  source['platform.profile'] ??= 'development'
+  // Plain-HTTP localhost: browsers drop Secure cookies outside https in some engines.
+  source['platform.auth.cookie.secure'] ??= 'false'
+  const dataDir = source['platform.data-dir'] ?? '.data'
+  if (!source['platform.auth.jwt.secret']) source['platform.auth.jwt.secret'] = await developmentSecret(dataDir)
+  const config = loadConfig(source)
+  const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info' })
+  await serve(app)
+  const base = `http://localhost:${config.server.port}`
+  const database = config.datasource.url ? 'PostgreSQL (platform.datasource.url)' : `embedded PGlite in ${dataDir}/pglite`
+  process.stdout.write(
+    [
+      '',
+      `  Platform core is running at ${base}`,
+      `  Interactive docs:  ${base}/docs`,
+      `  OpenAPI document:  ${base}/v3/api-docs`,
+      `  Database:          ${database}`,
+      '',
+      '',
+    ].join('\n'),
+  )
+} catch (error) {
+  exitOnStartupError(error)
+}

@@ -1,0 +1,40 @@
+import type { FastifyInstance } from 'fastify'
+
+const SHUTDOWN_GRACE_MS = 25_000
+
+/**
+ * Listens and shuts down gracefully on SIGTERM/SIGINT: stop accepting, let in-flight requests
+ * finish (new ones get 503 while closing), close pools through the onClose hooks, then exit.
+ */
+export async function serve(app: FastifyInstance): Promise<string> {
+  const address = await app.listen({ host: app.config.server.host, port: app.config.server.port })
+  let closing = false
+  const shutdown = (signal: string) => {
+    if (closing) return
+    closing = true
+    app.log.info({ signal }, 'shutting down')
+    const force = setTimeout(() => {
+      app.log.error('graceful shutdown timed out')
+      process.exit(1)
+    }, SHUTDOWN_GRACE_MS)
+    force.unref()
+    app.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        app.log.error({ err: error }, 'shutdown failed')
+        process.exit(1)
+      },
+    )
+  }
+  process.once('SIGTERM', () => shutdown('SIGTERM'))
+  process.once('SIGINT', () => shutdown('SIGINT'))
+  return address
+}
+
+/** Prints a startup failure without a stack trace for configuration problems, and exits. */
+export function exitOnStartupError(error: unknown): never {
+  const message = error instanceof Error ? error.message : String(error)
+  const configProblem = error instanceof Error && error.name === 'ConfigError'
+  process.stderr.write(`${configProblem ? message : (error as Error)?.stack ?? message}\n`)
+  process.exit(1)
+}
