@@ -39,7 +39,8 @@ async function docsPlugin(app: FastifyInstance) {
     },
     refResolver: {
       // Shared schemas keep their $id as their component name (`Problem`), not `def-0`.
-      buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
+      buildLocalReference: (json, _baseUri, _fragment, i) =>
+        typeof json.$id === 'string' ? json.$id : `def-${i}`,
     },
   })
   await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { deepLinking: true } })

@@ -4,7 +4,14 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { isDatabaseUnavailable } from '../src/db/database.ts'
-import { AppError, type ErrorCode, PROBLEM_CONTENT_TYPE, Problem, problemBody, problemResponses } from '../src/errors.ts'
+import {
+  AppError,
+  type ErrorCode,
+  PROBLEM_CONTENT_TYPE,
+  Problem,
+  problemBody,
+  problemResponses,
+} from '../src/errors.ts'
 
 interface ValidationIssue {
   instancePath?: string
@@ -24,6 +31,8 @@ const GENERIC_CODES: Record<number, ErrorCode> = {
   429: 'RATE_LIMITED',
   503: 'SERVICE_UNAVAILABLE',
 }
+
+const MALFORMED_BODY_CODES = new Set(['FST_ERR_CTP_EMPTY_JSON_BODY', 'FST_ERR_CTP_INVALID_JSON_BODY'])
 
 function validationErrors(error: FastifyError): { path: string; message: string }[] {
   const context = error.validationContext ?? 'body'
@@ -69,11 +78,16 @@ function classify(error: FastifyError): Rendered {
       extensions: { errors: validationErrors(error) },
     }
   }
-  if (error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || (error.statusCode === 400 && error instanceof SyntaxError)) {
+  if (MALFORMED_BODY_CODES.has(error.code) || (error.statusCode === 400 && error instanceof SyntaxError)) {
     return { code: 'MALFORMED_JSON', status: 400, detail: 'The request body is not valid JSON' }
   }
   if (isDatabaseUnavailable(error)) {
-    return { code: 'SERVICE_UNAVAILABLE', status: 503, detail: 'The database is unavailable', headers: { 'retry-after': '5' } }
+    return {
+      code: 'SERVICE_UNAVAILABLE',
+      status: 503,
+      detail: 'The database is unavailable',
+      headers: { 'retry-after': '5' },
+    }
   }
   const status = error.statusCode ?? 500
   if (status >= 400 && status < 500) {
@@ -113,7 +127,11 @@ async function errorsPlugin(app: FastifyInstance) {
   })
 
   app.setNotFoundHandler((request, reply) =>
-    sendProblem(reply, { code: 'NOT_FOUND', status: 404, detail: `No route for ${request.method} ${request.url.split('?')[0]}` }),
+    sendProblem(reply, {
+      code: 'NOT_FOUND',
+      status: 404,
+      detail: `No route for ${request.method} ${request.url.split('?')[0]}`,
+    }),
   )
 }
 

@@ -2,7 +2,7 @@
 // needs db for the pool gauges. Request durations are labelled by route pattern, never raw URL.
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client'
+import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -41,7 +41,11 @@ async function metricsPlugin(app: FastifyInstance) {
 
   app.addHook('onResponse', async (request, reply) => {
     duration.observe(
-      { method: request.method, route: request.routeOptions.url ?? 'unmatched', status_code: String(reply.statusCode) },
+      {
+        method: request.method,
+        route: request.routeOptions.url ?? 'unmatched',
+        status_code: String(reply.statusCode),
+      },
       reply.elapsedTime / 1000,
     )
   })

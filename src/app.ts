@@ -55,11 +55,22 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false } },
+    ajv: {
+      customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false },
+    },
   })
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id)
+  })
+  // While closing, responses to in-flight requests end their keep-alive connection, so the
+  // server can finish draining instead of waiting for clients to hang up.
+  let closing = false
+  app.addHook('preClose', async () => {
+    closing = true
+  })
+  app.addHook('onSend', async (_request, reply) => {
+    if (closing) reply.header('connection', 'close')
   })
   // Only JSON bodies are accepted: a cross-site form or text/plain "simple request" cannot reach
   // a state-changing route (spec 5.1 rule 4 relies on this instead of CSRF tokens).

@@ -12,7 +12,8 @@ type ParseKind = 'duration' | 'size'
 
 const Duration = (defaultText: string) =>
   Type.Integer({ minimum: 1, default: parseDuration(defaultText), [PARSE]: 'duration' })
-const Size = (defaultText: string) => Type.Integer({ minimum: 1, default: parseSize(defaultText), [PARSE]: 'size' })
+const Size = (defaultText: string) =>
+  Type.Integer({ minimum: 1, default: parseSize(defaultText), [PARSE]: 'size' })
 const Text = (defaultValue: string) => Type.String({ minLength: 1, default: defaultValue })
 const OptionalText = () => Type.Optional(Type.String({ minLength: 1 }))
 const List = (defaultValue: string[]) => Type.Array(Type.String({ minLength: 1 }), { default: defaultValue })
@@ -258,7 +259,8 @@ export function decodeJwtSecret(secret: string): Buffer {
 export function loadConfig(source: ConfigSource): Config {
   const known = new Set(configProperties)
   for (const name of Object.keys(source)) {
-    if (name.startsWith(`${PREFIX}.`) && !known.has(name)) throw new ConfigError(name, 'is not a known property')
+    if (name.startsWith(`${PREFIX}.`) && !known.has(name))
+      throw new ConfigError(name, 'is not a known property')
   }
   const raw: Record<string, unknown> = {}
   for (const leaf of LEAVES) {

@@ -29,7 +29,10 @@ export function currentTenant(): string | null {
 export function requireTenant(): string {
   const organizationId = currentTenant()
   if (organizationId === null) {
-    throw new AppError('ORGANIZATION_REQUIRED', 'This operation needs a principal that belongs to an organization')
+    throw new AppError(
+      'ORGANIZATION_REQUIRED',
+      'This operation needs a principal that belongs to an organization',
+    )
   }
   return organizationId
 }

@@ -10,12 +10,15 @@ try {
   // Plain-HTTP localhost: browsers drop Secure cookies outside https in some engines.
   source['platform.auth.cookie.secure'] ??= 'false'
   const dataDir = source['platform.data-dir'] ?? '.data'
-  if (!source['platform.auth.jwt.secret']) source['platform.auth.jwt.secret'] = await developmentSecret(dataDir)
+  if (!source['platform.auth.jwt.secret'])
+    source['platform.auth.jwt.secret'] = await developmentSecret(dataDir)
   const config = loadConfig(source)
   const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info' })
   await serve(app)
   const base = `http://localhost:${config.server.port}`
-  const database = config.datasource.url ? 'PostgreSQL (platform.datasource.url)' : `embedded PGlite in ${dataDir}/pglite`
+  const database = config.datasource.url
+    ? 'PostgreSQL (platform.datasource.url)'
+    : `embedded PGlite in ${dataDir}/pglite`
   process.stdout.write(
     [
       '',

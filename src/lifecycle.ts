@@ -35,6 +35,6 @@ export async function serve(app: FastifyInstance): Promise<string> {
 export function exitOnStartupError(error: unknown): never {
   const message = error instanceof Error ? error.message : String(error)
   const configProblem = error instanceof Error && error.name === 'ConfigError'
-  process.stderr.write(`${configProblem ? message : (error as Error)?.stack ?? message}\n`)
+  process.stderr.write(`${configProblem ? message : ((error as Error)?.stack ?? message)}\n`)
   process.exit(1)
 }

@@ -88,7 +88,14 @@ export function inTransaction<T>(
   return configure(db.transaction()).execute(work)
 }
 
-const UNAVAILABLE_NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'ETIMEDOUT', 'EPIPE', 'EAI_AGAIN'])
+const UNAVAILABLE_NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EAI_AGAIN',
+])
 
 /** True when an error means "the database cannot be reached", as opposed to a bad query. */
 export function isDatabaseUnavailable(error: unknown): boolean {

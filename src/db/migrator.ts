@@ -8,7 +8,9 @@ export const MIGRATIONS_FOLDER = path.resolve(import.meta.dirname, '../../migrat
 
 export class MigrationError extends Error {
   constructor(migrationName: string | undefined, cause: unknown) {
-    super(`Migration ${migrationName ?? '(unknown)'} failed: ${(cause as Error)?.message ?? String(cause)}`, { cause })
+    super(`Migration ${migrationName ?? '(unknown)'} failed: ${(cause as Error)?.message ?? String(cause)}`, {
+      cause,
+    })
     this.name = 'MigrationError'
   }
 }

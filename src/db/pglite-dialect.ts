@@ -25,7 +25,9 @@ class PGliteConnection implements DatabaseConnection {
   }
 
   async executeQuery<R>(compiledQuery: CompiledQuery): Promise<QueryResult<R>> {
-    const result = await this.#pg.query<R>(compiledQuery.sql, [...compiledQuery.parameters], { rowMode: 'object' })
+    const result = await this.#pg.query<R>(compiledQuery.sql, [...compiledQuery.parameters], {
+      rowMode: 'object',
+    })
     const writes = WRITE_QUERIES.has(compiledQuery.query?.kind ?? '')
     return { rows: result.rows, numAffectedRows: writes ? BigInt(result.affectedRows ?? 0) : undefined }
   }

@@ -1,0 +1,75 @@
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { findOrganization } from '../src/repositories/organizations.ts'
+import { testSecret } from './helpers/app.ts'
+import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { runNode } from './helpers/process.ts'
+
+// The CLI runs as a real process against this file's database: real PostgreSQL with
+// TEST_DATABASE_URL, otherwise an embedded PGlite directory of its own.
+let database: TestDatabase | undefined
+let dataDir: string
+let env: Record<string, string>
+
+beforeAll(async () => {
+  dataDir = await mkdtemp(path.join(tmpdir(), 'platform-cli-'))
+  env = { PLATFORM_AUTH_JWT_SECRET: testSecret(), PLATFORM_DATA_DIR: dataDir, LOG_LEVEL: 'warn' }
+  if (process.env.TEST_DATABASE_URL) {
+    database = await createTestDatabase({ migrated: false, poolSize: 2 })
+    env.PLATFORM_DATASOURCE_URL = database.url as string
+  }
+})
+
+afterAll(async () => {
+  await database?.dispose()
+  await rm(dataDir, { recursive: true, force: true })
+})
+
+const cli = (...args: string[]) => runNode('src/cli.ts', args, env).done
+
+describe('operations CLI', () => {
+  it('migrates and reports what it applied, then nothing the second time', async () => {
+    const first = await cli('migrate')
+    expect(first.stderr).toBe('')
+    expect(first.code).toBe(0)
+    expect(JSON.parse(first.stdout).applied).toContain('0001_organizations')
+    const second = await cli('migrate')
+    expect(JSON.parse(second.stdout)).toEqual({ applied: [] })
+  })
+
+  it('creates an organization and prints its id', async () => {
+    const result = await cli('org', 'create', '--name', 'Acme Corp')
+    expect(result.code).toBe(0)
+    const { organizationId } = JSON.parse(result.stdout)
+    expect(organizationId).toMatch(/^[0-9a-f-]{36}$/)
+    if (database) {
+      expect(await findOrganization(database.handle.db, organizationId)).toMatchObject({ name: 'Acme Corp' })
+    }
+  })
+
+  it.each([
+    [['org', 'create'], 'USAGE', /--name is required/],
+    [['org', 'create', '--name', '   '], 'USAGE', /--name is required/],
+    [['org', 'create', '--name', 'x'.repeat(201)], 'VALIDATION_FAILED', /1 to 200/],
+    [['org', 'create', '--colour', 'red'], 'USAGE', /colour/],
+    [['launch-rockets'], 'USAGE', /usage: npm run cli/],
+  ])('fails %j with a JSON error on stderr and a non-zero exit', async (args, code, message) => {
+    const result = await cli(...args)
+    expect(result.code).not.toBe(0)
+    expect(result.stdout).toBe('')
+    const error = JSON.parse(result.stderr.trim().split('\n').pop() as string)
+    expect(error.code).toBe(code)
+    expect(error.message).toMatch(message)
+  })
+
+  it('fails on invalid configuration naming the property', async () => {
+    const result = await runNode('src/cli.ts', ['migrate'], { ...env, PLATFORM_SERVER_PORT: 'x' }).done
+    expect(result.code).toBe(1)
+    expect(JSON.parse(result.stderr)).toMatchObject({
+      code: 'CONFIGURATION_INVALID',
+      message: expect.stringContaining('platform.server.port'),
+    })
+  })
+})

@@ -1,0 +1,163 @@
+import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { describe, expect, it } from 'vitest'
+import { AppError } from '../src/errors.ts'
+import { useTestApp } from './helpers/app.ts'
+
+const t = useTestApp({
+  configure: (app) => {
+    const typed = app.withTypeProvider<TypeBoxTypeProvider>()
+    typed.post(
+      '/test/echo',
+      {
+        schema: {
+          body: Type.Object(
+            { title: Type.String({ minLength: 1, maxLength: 5 }), count: Type.Integer() },
+            { additionalProperties: false },
+          ),
+          response: { 200: Type.Object({ title: Type.String() }) },
+        },
+      },
+      async (request) => ({ title: request.body.title }),
+    )
+    typed.get('/test/conflict', async () => {
+      throw new AppError('INVALID_TRANSITION', 'Cannot approve a DRAFT request')
+    })
+    typed.get('/test/otp', async () => {
+      throw new AppError('INVALID_OTP', undefined, { status: 400 })
+    })
+    typed.get('/test/crash', async () => {
+      throw new Error('relation "secret_table" does not exist: select password_hash from accounts')
+    })
+    typed.get('/test/db-down', async () => {
+      throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' })
+    })
+  },
+})
+
+describe('error responses', () => {
+  it('renders a thrown AppError as problem+json with its code', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/test/conflict' })
+    expect(res.statusCode).toBe(409)
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(res.json()).toEqual({
+      type: 'urn:problem:invalid-transition',
+      title: 'Invalid transition',
+      status: 409,
+      detail: 'Cannot approve a DRAFT request',
+      code: 'INVALID_TRANSITION',
+    })
+  })
+
+  it('lets one code answer with its alternative documented status', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/test/otp' })
+    expect(res.statusCode).toBe(400)
+    expect(res.json()).toMatchObject({ code: 'INVALID_OTP', status: 400 })
+  })
+
+  it('answers an unknown route with 404 NOT_FOUND', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/api/nothing-here?token=abc' })
+    expect(res.statusCode).toBe(404)
+    expect(res.json()).toMatchObject({ code: 'NOT_FOUND', detail: 'No route for GET /api/nothing-here' })
+  })
+
+  it('answers invalid input with 400 VALIDATION_FAILED and the paths at fault', async () => {
+    const missing = await t.app.inject({ method: 'POST', url: '/test/echo', payload: { count: 1 } })
+    expect(missing.statusCode).toBe(400)
+    expect(missing.json()).toMatchObject({
+      code: 'VALIDATION_FAILED',
+      errors: [{ path: 'body.title', message: 'is required' }],
+    })
+    const tooLong = await t.app.inject({
+      method: 'POST',
+      url: '/test/echo',
+      payload: { title: 'abcdefgh', count: 1 },
+    })
+    expect(tooLong.json().errors).toEqual([{ path: 'body.title', message: expect.stringContaining('5') }])
+    const extra = await t.app.inject({
+      method: 'POST',
+      url: '/test/echo',
+      payload: { title: 'a', count: 1, admin: true },
+    })
+    expect(extra.statusCode).toBe(400)
+    expect(extra.json().errors).toEqual([{ path: 'body.admin', message: 'is not an allowed property' }])
+  })
+
+  it('answers malformed JSON with 400 MALFORMED_JSON', async () => {
+    for (const payload of ['{"title": ', '', '{"__proto__": {"x": 1}}']) {
+      const res = await t.app.inject({
+        method: 'POST',
+        url: '/test/echo',
+        headers: { 'content-type': 'application/json' },
+        payload,
+      })
+      expect(res.statusCode).toBe(400)
+      expect(res.json().code).toBe('MALFORMED_JSON')
+    }
+  })
+
+  it('answers a body over the limit with 413 PAYLOAD_TOO_LARGE', async () => {
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/test/echo',
+      headers: { 'content-type': 'application/json' },
+      payload: JSON.stringify({ title: 'x'.repeat(2 * 1024 * 1024), count: 1 }),
+    })
+    expect(res.statusCode).toBe(413)
+    expect(res.json().code).toBe('PAYLOAD_TOO_LARGE')
+  })
+
+  it('refuses non-JSON bodies with 415 so cross-site simple requests cannot reach a route', async () => {
+    for (const contentType of [
+      'text/plain',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data; boundary=x',
+    ]) {
+      const res = await t.app.inject({
+        method: 'POST',
+        url: '/test/echo',
+        headers: { 'content-type': contentType },
+        payload: 'title=a&count=1',
+      })
+      expect(res.statusCode).toBe(415)
+      expect(res.json().code).toBe('UNSUPPORTED_MEDIA_TYPE')
+    }
+  })
+
+  it('hides the message, stack and SQL of an unexpected error behind 500 INTERNAL_ERROR', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/test/crash' })
+    expect(res.statusCode).toBe(500)
+    expect(res.json()).toEqual({
+      type: 'urn:problem:internal-error',
+      title: 'Internal error',
+      status: 500,
+      detail: 'An unexpected error occurred',
+      code: 'INTERNAL_ERROR',
+    })
+    expect(res.body).not.toMatch(/secret_table|password_hash|at .*\.ts/)
+    const logged = t.logs.records().find((r) => r.msg === 'request failed')
+    expect(logged?.requestId).toBe(res.headers['x-request-id'])
+  })
+
+  it('answers an unreachable database with 503 SERVICE_UNAVAILABLE', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/test/db-down' })
+    expect(res.statusCode).toBe(503)
+    expect(res.json().code).toBe('SERVICE_UNAVAILABLE')
+    expect(res.headers['retry-after']).toBe('5')
+    expect(res.body).not.toContain('5432')
+  })
+
+  it('echoes a well-formed request id and replaces a malformed one', async () => {
+    const kept = await t.app.inject({
+      method: 'GET',
+      url: '/health/live',
+      headers: { 'x-request-id': 'abc-123' },
+    })
+    expect(kept.headers['x-request-id']).toBe('abc-123')
+    const replaced = await t.app.inject({
+      method: 'GET',
+      url: '/health/live',
+      headers: { 'x-request-id': 'bad id\nwith newline' },
+    })
+    expect(replaced.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/)
+  })
+})

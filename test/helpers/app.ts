@@ -1,0 +1,82 @@
+import { randomBytes } from 'node:crypto'
+import { Writable } from 'node:stream'
+import type { FastifyInstance } from 'fastify'
+import { afterAll, beforeAll } from 'vitest'
+import { buildApp } from '../../src/app.ts'
+import type { Clock } from '../../src/clock.ts'
+import { type Config, type ConfigSource, loadConfig } from '../../src/config.ts'
+import { TestClock } from './clock.ts'
+import { createTestDatabase, type TestDatabase } from './database.ts'
+
+export const testSecret = (): string => randomBytes(32).toString('base64')
+
+export function testConfig(overrides: ConfigSource = {}): Config {
+  return loadConfig({ 'platform.auth.jwt.secret': testSecret(), ...overrides })
+}
+
+/** Collects log lines so tests can assert what was (not) logged. */
+export class LogCapture extends Writable {
+  readonly lines: string[] = []
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: () => void) {
+    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean))
+    callback()
+  }
+  text(): string {
+    return this.lines.join('\n')
+  }
+  records(): Record<string, unknown>[] {
+    return this.lines.map((line) => JSON.parse(line) as Record<string, unknown>)
+  }
+}
+
+export interface TestApp {
+  app: FastifyInstance
+  database: TestDatabase
+  config: Config
+  clock: TestClock
+  logs: LogCapture
+  close(): Promise<void>
+}
+
+export interface TestAppOptions {
+  config?: ConfigSource
+  clock?: Clock
+  /** Share a database between apps (two instances on one database). */
+  database?: TestDatabase
+  /** Adds routes or hooks before the app is ready. */
+  configure?: (app: FastifyInstance) => void | Promise<void>
+}
+
+/** A ready app on its own database, for `inject`. Call close() when done. */
+export async function createTestApp(options: TestAppOptions = {}): Promise<TestApp> {
+  const database = options.database ?? (await createTestDatabase())
+  const config = testConfig({ 'platform.datasource.migrate-on-start': 'false', ...options.config })
+  const clock = (options.clock as TestClock | undefined) ?? new TestClock()
+  const logs = new LogCapture()
+  const app = await buildApp(config, { database: database.handle, clock, logStream: logs, logLevel: 'info' })
+  await options.configure?.(app)
+  await app.ready()
+  return {
+    app,
+    database,
+    config,
+    clock,
+    logs,
+    close: async () => {
+      await app.close()
+      if (!options.database) await database.dispose()
+    },
+  }
+}
+
+/** Registers a test app for the whole file: built before the tests, closed after. */
+export function useTestApp(options: TestAppOptions = {}): TestApp {
+  const holder = {} as TestApp
+  beforeAll(async () => {
+    Object.assign(holder, await createTestApp(options))
+  })
+  afterAll(async () => {
+    await holder.close?.()
+  })
+  return holder
+}

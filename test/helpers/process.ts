@@ -1,0 +1,63 @@
+import { type ChildProcess, spawn } from 'node:child_process'
+import path from 'node:path'
+
+export const ROOT = path.resolve(import.meta.dirname, '../..')
+
+export interface Finished {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
+}
+
+/** Runs `node <script>` from the project root with the given environment (nothing inherited but PATH). */
+export function runNode(
+  script: string,
+  args: string[],
+  env: Record<string, string>,
+): { child: ChildProcess; done: Promise<Finished> } {
+  const child = spawn(process.execPath, [script, ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stdout?.on('data', (chunk) => {
+    stdout += chunk
+  })
+  child.stderr?.on('data', (chunk) => {
+    stderr += chunk
+  })
+  const done = new Promise<Finished>((resolve) => {
+    child.on('close', (code, signal) => resolve({ code, signal, stdout, stderr }))
+  })
+  return { child, done }
+}
+
+/** Resolves when the child's output matches, or rejects when it exits first. */
+export function waitForOutput(child: ChildProcess, pattern: RegExp): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let seen = ''
+    const onData = (chunk: Buffer) => {
+      seen += chunk.toString()
+      const match = pattern.exec(seen)
+      if (match) {
+        cleanup()
+        resolve(match[0])
+      }
+    }
+    const onExit = () => {
+      cleanup()
+      reject(new Error(`process exited before printing ${pattern}: ${seen}`))
+    }
+    const cleanup = () => {
+      child.stdout?.off('data', onData)
+      child.stderr?.off('data', onData)
+      child.off('exit', onExit)
+    }
+    child.stdout?.on('data', onData)
+    child.stderr?.on('data', onData)
+    child.on('exit', onExit)
+  })
+}
