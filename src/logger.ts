@@ -1,8 +1,11 @@
 import type { FastifyRequest } from 'fastify'
 import type { LoggerOptions } from 'pino'
 
-// Pino options for every process of the service. Requests are logged without headers; anything
-// that could carry a credential is redacted wherever it appears, so a secret never reaches a log.
+// Pino options for every process of the service. Requests are logged without headers; credential
+// fields are redacted at the top level of a log object and under `body`, `query` and `input`.
+// Redaction uses exact paths on purpose: wildcard paths (`*.password`) cost half the service's
+// throughput. So code never logs a whole request body or an arbitrary nested object; it logs
+// named fields, or puts a payload under one of those keys.
 
 const SENSITIVE_KEYS = [
   'password',
@@ -46,7 +49,7 @@ export function loggerOptions(level: string, apiKeyHeader: string): LoggerOption
         'headers.authorization',
         `headers["${header}"]`,
         'res.headers["set-cookie"]',
-        ...SENSITIVE_KEYS.flatMap((key) => [key, `*.${key}`, `*.*.${key}`]),
+        ...SENSITIVE_KEYS.flatMap((key) => [key, `body.${key}`, `query.${key}`, `input.${key}`]),
       ],
     },
     serializers: {

@@ -5,7 +5,7 @@ import { useTestApp } from './helpers/app.ts'
 const t = useTestApp({
   configure: (app) => {
     app.post('/test/log-body', async (request) => {
-      request.log.info({ body: request.body, nested: { credentials: request.body } }, 'handling')
+      request.log.info({ body: request.body, ...(request.body as object) }, 'handling')
       return {}
     })
   },

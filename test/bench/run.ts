@@ -1,0 +1,141 @@
+// `npm run bench`: autocannon against a started instance of the service and a bare Fastify route,
+// printing req/s, latency p50/p99 and peak RSS per scenario, and each scenario's throughput as a
+// ratio to the bare route. BENCH_DURATION (seconds, default 5) and BENCH_CONNECTIONS (default 10)
+// tune the run; BENCH_DATABASE_URL (or TEST_DATABASE_URL) benchmarks on real PostgreSQL, in a
+// fresh database of its own, otherwise on the embedded one.
+import { randomBytes } from 'node:crypto'
+import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import type { AddressInfo } from 'node:net'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { setTimeout as delay } from 'node:timers/promises'
+import autocannon from 'autocannon'
+import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
+import { runNode } from '../helpers/process.ts'
+import { type Scenario, scenarios } from './scenarios.ts'
+
+const duration = Number(process.env.BENCH_DURATION ?? 5)
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
+
+async function rssKb(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')
+  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
+}
+
+async function freePort(): Promise<number> {
+  const probe = createServer()
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve))
+  const { port } = probe.address() as AddressInfo
+  await new Promise((resolve) => probe.close(resolve))
+  return port
+}
+
+/** Starts a server on a free port and waits (bounded) until it answers, whatever its log level. */
+async function start(script: string, env: Record<string, string>) {
+  const port = await freePort()
+  const server = runNode(script, [], { ...env, PLATFORM_SERVER_PORT: String(port) })
+  // The servers' logs are drained and dropped, not collected, so the runner stays light.
+  server.child.stdout?.removeAllListeners('data').resume()
+  const url = `http://127.0.0.1:${port}`
+  const exited = server.done.then((result) => {
+    throw new Error(`${script} exited (${result.code}): ${result.stderr}`)
+  })
+  for (let attempt = 0; attempt < 600; attempt++) {
+    const up = await Promise.race([
+      fetch(`${url}/health/live`).then(
+        (r) => r.ok,
+        () => false,
+      ),
+      exited,
+    ])
+    if (up) return { ...server, url }
+    await delay(100)
+  }
+  throw new Error(`${script} did not answer on ${url} within 60 s`)
+}
+
+interface Row {
+  name: string
+  rps: number
+  p50: number
+  p99: number
+  peakRssMb: number
+  unexpected: number
+}
+
+async function measure(scenario: Scenario, baseUrl: string, pid: number): Promise<Row> {
+  const request = { ...(await scenario.prepare?.(baseUrl)) }
+  const options = {
+    url: `${baseUrl}${scenario.path}`,
+    method: scenario.method ?? 'GET',
+    connections,
+    ...request,
+  }
+  await autocannon({ ...options, duration: 1 }) // warm-up
+  let peak = await rssKb(pid)
+  const sampler = setInterval(async () => {
+    peak = Math.max(peak, await rssKb(pid))
+  }, 100)
+  const result = await autocannon({ ...options, duration })
+  clearInterval(sampler)
+  const statusCounts = (result as unknown as { statusCodeStats: Record<string, { count: number }> })
+    .statusCodeStats
+  const expected = statusCounts[String(scenario.expectStatus)]?.count ?? 0
+  const total = Object.values(statusCounts).reduce((sum, s) => sum + s.count, 0)
+  return {
+    name: scenario.name,
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    peakRssMb: peak / 1024,
+    unexpected: total - expected + result.errors + result.timeouts,
+  }
+}
+
+async function main() {
+  const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-bench-'))
+  const serverUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL
+  const benchDb = `platform_bench_${randomBytes(4).toString('hex')}`
+  if (serverUrl) await adminQuery(serverUrl, `create database ${benchDb}`)
+  const appEnv: Record<string, string> = {
+    PLATFORM_AUTH_JWT_SECRET: randomBytes(32).toString('base64'),
+    PLATFORM_SERVER_HOST: '127.0.0.1',
+    PLATFORM_DATA_DIR: dataDir,
+    LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'info',
+    ...(serverUrl ? { PLATFORM_DATASOURCE_URL: databaseUrl(serverUrl, benchDb) } : {}),
+  }
+  const bare = await start('test/bench/bare-server.ts', {})
+  const app = await start('src/server.ts', appEnv)
+  const rows: Row[] = []
+  try {
+    for (const scenario of scenarios) {
+      const server = scenario.target === 'bare' ? bare : app
+      rows.push(await measure(scenario, server.url, server.child.pid as number))
+    }
+  } finally {
+    bare.child.kill('SIGTERM')
+    app.child.kill('SIGTERM')
+    await Promise.all([bare.done, app.done])
+    if (serverUrl) await adminQuery(serverUrl, `drop database if exists ${benchDb} with (force)`)
+    await rm(dataDir, { recursive: true, force: true })
+  }
+  const baseline = rows[0]?.rps ?? 1
+  const database = serverUrl ? 'PostgreSQL' : 'embedded PGlite'
+  process.stdout.write(
+    `\nnpm run bench: ${duration}s per scenario, ${connections} connections, ${database}, Node ${process.version}\n\n`,
+  )
+  process.stdout.write('| scenario | req/s | p50 ms | p99 ms | peak RSS MB | ratio to bare | unexpected |\n')
+  process.stdout.write('|---|---:|---:|---:|---:|---:|---:|\n')
+  for (const row of rows) {
+    process.stdout.write(
+      `| ${row.name} | ${row.rps.toFixed(0)} | ${row.p50.toFixed(1)} | ${row.p99.toFixed(1)} | ${row.peakRssMb.toFixed(0)} | ${(row.rps / baseline).toFixed(2)} | ${row.unexpected} |\n`,
+    )
+  }
+  if (rows.some((row) => row.unexpected > 0)) {
+    process.stderr.write('\nSome responses had an unexpected status: the figures above are not valid.\n')
+    process.exitCode = 1
+  }
+}
+
+await main()
