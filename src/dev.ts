@@ -14,8 +14,8 @@ try {
     source['platform.auth.jwt.secret'] = await developmentSecret(dataDir)
   const config = loadConfig(source)
   const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info' })
-  await serve(app)
-  const base = `http://localhost:${config.server.port}`
+  const address = new URL(await serve(app))
+  const base = `http://localhost:${address.port}`
   const database = config.datasource.url
     ? 'PostgreSQL (platform.datasource.url)'
     : `embedded PGlite in ${dataDir}/pglite`
