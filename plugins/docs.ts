@@ -35,7 +35,10 @@ async function docsPlugin(app: FastifyInstance) {
           [SecuritySchemes.apiKey]: { type: 'apiKey', in: 'header', name: auth.apiKey.headerName },
         },
       },
-      tags: [{ name: 'operations', description: 'Health and metrics' }],
+      tags: [
+        { name: 'authentication', description: 'Sessions of browser users' },
+        { name: 'operations', description: 'Health and metrics' },
+      ],
     },
     refResolver: {
       // Shared schemas keep their $id as their component name (`Problem`), not `def-0`.

@@ -1,17 +1,25 @@
 import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
+import cookie from '@fastify/cookie'
+import cors from '@fastify/cors'
 import Fastify, { type FastifyInstance, LogController } from 'fastify'
 import pino from 'pino'
+import authPlugin from '../plugins/auth.ts'
 import configPlugin from '../plugins/config.ts'
 import dbPlugin from '../plugins/db.ts'
 import docsPlugin from '../plugins/docs.ts'
 import errorsPlugin from '../plugins/errors.ts'
 import healthPlugin from '../plugins/health.ts'
 import metricsPlugin from '../plugins/metrics.ts'
+import tenantPlugin from '../plugins/tenant.ts'
+import authRoutes from '../routes/auth/index.ts'
 import { type Clock, systemClock } from './clock.ts'
 import type { Config } from './config.ts'
 import type { DatabaseHandle } from './db/database.ts'
+import { EventBus } from './events.ts'
 import { loggerOptions } from './logger.ts'
+import type { CredentialAuthenticator } from './services/authentication.ts'
+import type { SessionVersionProvider } from './services/session-version.ts'
 
 export interface AppDependencies {
   clock?: Clock
@@ -21,6 +29,12 @@ export interface AppDependencies {
   logLevel?: string
   /** Where log lines go (default stdout); tests capture them here. */
   logStream?: Writable
+  /** Extension point (spec 5.6): replaces the built-in account-table authenticator. */
+  authenticator?: CredentialAuthenticator
+  /** Extension point (spec 5.2): enforces the `ver` claim of user access tokens. */
+  sessionVersionProvider?: SessionVersionProvider
+  /** In-process events (spec 6); subscribe with `events.on(...)` before or after building. */
+  events?: EventBus
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -78,12 +92,41 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   // a state-changing route (spec 5.1 rule 4 relies on this instead of CSRF tokens).
   app.removeContentTypeParser('text/plain')
 
+  // Third-party plugins.
+  await app.register(cookie)
+  if (config.web.cors.allowedOrigins.length > 0) {
+    // Cross-origin use is opt-in (spec 4.1 rule 5): credentials only for the listed origins.
+    await app.register(cors, {
+      origin: config.web.cors.allowedOrigins,
+      credentials: true,
+      methods: ['GET', 'POST', 'PUT', 'DELETE'],
+      allowedHeaders: [
+        'content-type',
+        'authorization',
+        'x-request-id',
+        config.auth.apiKey.headerName.toLowerCase(),
+      ],
+      exposedHeaders: ['x-request-id', 'retry-after'],
+      maxAge: 600,
+    })
+  }
+
+  // The app's own decorators, in dependency order.
   await app.register(configPlugin, { config, clock: deps.clock ?? systemClock })
   await app.register(errorsPlugin)
   if (config.docs.enabled) await app.register(docsPlugin)
   await app.register(dbPlugin, deps.database ? { database: deps.database } : {})
   await app.register(metricsPlugin)
   await app.register(healthPlugin)
+  await app.register(authPlugin, {
+    events: deps.events ?? new EventBus(),
+    authenticator: deps.authenticator,
+    sessionVersionProvider: deps.sessionVersionProvider,
+  })
+  await app.register(tenantPlugin)
+
+  // Routes.
+  await app.register(authRoutes)
 
   return app
 }

@@ -7,6 +7,7 @@ import { type ConfigSource, configFromEnv, loadConfig } from './config.ts'
 import { migrateToLatest } from './db/migrator.ts'
 import { developmentSecret } from './dev-secret.ts'
 import { AppError } from './errors.ts'
+import { createAccount } from './services/accounts.ts'
 import { createOrganization } from './services/organizations.ts'
 
 interface Command {
@@ -41,6 +42,41 @@ const commands: Record<string, Command> = {
       return { organizationId: organization.id }
     },
   },
+  'user create': {
+    usage: 'user create --org ORG --email E --role admin|member (--password P | --password-stdin)',
+    migrateOnStart: true,
+    options: {
+      org: { type: 'string' },
+      email: { type: 'string' },
+      role: { type: 'string' },
+      password: { type: 'string' },
+      'password-stdin': { type: 'boolean' },
+    },
+    run: async (app, values) => {
+      const role = required(values, 'role')
+      if (role !== 'admin' && role !== 'member') throw new UsageError('--role must be admin or member')
+      const organizationId = required(values, 'org')
+      if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
+      const password = values['password-stdin'] ? await readStdin() : required(values, 'password')
+      const account = await createAccount(app.db, app, {
+        organizationId,
+        email: required(values, 'email'),
+        role,
+        password,
+      })
+      return { userId: account.id }
+    },
+  },
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = []
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer)
+  return Buffer.concat(chunks)
+    .toString('utf8')
+    .replace(/\r?\n$/, '')
 }
 
 function usage(): string {

@@ -51,7 +51,11 @@ export const ConfigSchema = Type.Object({
     }),
     refreshToken: Type.Object({ ttl: Duration('30d') }),
     session: Type.Object({ absoluteTtl: Duration('90d') }),
-    rateLimit: Type.Object({ loginPerMinute: Count(10), resetPerHour: Count(5) }),
+    rateLimit: Type.Object({
+      loginPerMinute: Count(10),
+      resetPerHour: Count(5),
+      refreshPerMinute: Count(60),
+    }),
     cookie: Type.Object({
       accessTokenName: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'access_token' }),
       refreshTokenName: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'refresh_token' }),
@@ -66,7 +70,13 @@ export const ConfigSchema = Type.Object({
       prefix: Type.String({ pattern: '^[A-Za-z0-9_]+$', default: 'sk_live_' }),
     }),
     otp: Type.Object({ requiredForRoles: List(['admin']), issuer: Text('Platform') }),
-    password: Type.Object({ minLength: Type.Integer({ minimum: 8, maximum: 256, default: 12 }) }),
+    password: Type.Object({
+      minLength: Type.Integer({ minimum: 8, maximum: 256, default: 12 }),
+      // argon2id cost; the defaults are OWASP's recommendation (19 MiB, 2 iterations, 1 lane).
+      hashMemoryKib: Type.Integer({ minimum: 1024, default: 19456 }),
+      hashIterations: Type.Integer({ minimum: 1, default: 2 }),
+      hashParallelism: Type.Integer({ minimum: 1, maximum: 16, default: 1 }),
+    }),
     invitation: Type.Object({ ttl: Duration('7d') }),
     passwordReset: Type.Object({ ttl: Duration('1h') }),
     sessionVersion: Type.Object({ enabled: Type.Boolean({ default: false }) }),

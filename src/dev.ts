@@ -2,6 +2,7 @@
 import { buildApp } from './app.ts'
 import { configFromEnv, loadConfig } from './config.ts'
 import { developmentSecret } from './dev-secret.ts'
+import { ensureDemoAdmin } from './dev-seed.ts'
 import { exitOnStartupError, serve } from './lifecycle.ts'
 
 try {
@@ -14,6 +15,8 @@ try {
     source['platform.auth.jwt.secret'] = await developmentSecret(dataDir)
   const config = loadConfig(source)
   const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info' })
+  await app.ready()
+  const demo = await ensureDemoAdmin(app, dataDir)
   const address = new URL(await serve(app))
   const base = `http://localhost:${address.port}`
   const database = config.datasource.url
@@ -26,6 +29,8 @@ try {
       `  Interactive docs:  ${base}/docs`,
       `  OpenAPI document:  ${base}/v3/api-docs`,
       `  Database:          ${database}`,
+      `  Demo admin:        ${demo.email} / ${demo.password ?? '(see demo-admin.json in the data directory)'}`,
+      `  Sign in:           curl -i -H 'content-type: application/json' -d '{"username":"${demo.email}","password":"…"}' ${base}/api/auth/login`,
       '',
       '',
     ].join('\n'),

@@ -40,7 +40,7 @@ describe('configuration', () => {
     })
     expect(config.auth.refreshToken.ttl).toBe(30 * 86400)
     expect(config.auth.session.absoluteTtl).toBe(90 * 86400)
-    expect(config.auth.rateLimit).toEqual({ loginPerMinute: 10, resetPerHour: 5 })
+    expect(config.auth.rateLimit).toEqual({ loginPerMinute: 10, resetPerHour: 5, refreshPerMinute: 60 })
     expect(config.auth.cookie).toEqual({
       accessTokenName: 'access_token',
       refreshTokenName: 'refresh_token',
@@ -50,7 +50,12 @@ describe('configuration', () => {
     expect(config.auth.lockout).toEqual({ maxAttempts: 5, durationMinutes: 15 })
     expect(config.auth.apiKey).toEqual({ headerName: 'X-Api-Key', prefix: 'sk_live_' })
     expect(config.auth.otp).toEqual({ requiredForRoles: ['admin'], issuer: 'Platform' })
-    expect(config.auth.password.minLength).toBe(12)
+    expect(config.auth.password).toEqual({
+      minLength: 12,
+      hashMemoryKib: 19456,
+      hashIterations: 2,
+      hashParallelism: 1,
+    })
     expect(config.auth.invitation.ttl).toBe(7 * 86400)
     expect(config.auth.passwordReset.ttl).toBe(3600)
     expect(config.auth.sessionVersion.enabled).toBe(false)

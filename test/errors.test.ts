@@ -55,9 +55,15 @@ describe('error responses', () => {
   })
 
   it('answers an unknown route with 404 NOT_FOUND', async () => {
-    const res = await t.app.inject({ method: 'GET', url: '/api/nothing-here?token=abc' })
+    const res = await t.app.inject({ method: 'GET', url: '/nothing-here?token=abc' })
     expect(res.statusCode).toBe(404)
-    expect(res.json()).toMatchObject({ code: 'NOT_FOUND', detail: 'No route for GET /api/nothing-here' })
+    expect(res.json()).toMatchObject({ code: 'NOT_FOUND', detail: 'No route for GET /nothing-here' })
+  })
+
+  it('answers an unknown /api route with 401 to an unauthenticated caller, hiding the route map', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/api/nothing-here' })
+    expect(res.statusCode).toBe(401)
+    expect(res.json().code).toBe('AUTHENTICATION_REQUIRED')
   })
 
   it('answers invalid input with 400 VALIDATION_FAILED and the paths at fault', async () => {

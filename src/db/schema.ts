@@ -8,11 +8,63 @@ export type Timestamp = ColumnType<Date, Date | string | undefined, Date | strin
 export interface OrganizationTable {
   id: Generated<string>
   name: string
-  created_at: Generated<Timestamp>
+  created_at: Timestamp
+}
+
+export type Role = 'admin' | 'member'
+
+export interface AccountTable {
+  id: Generated<string>
+  organization_id: string
+  email: string
+  password_hash: string
+  role: Role
+  active: Generated<boolean>
+  failed_attempts: Generated<number>
+  locked_until: Timestamp | null
+  otp_secret: string | null
+  otp_enabled: Generated<boolean>
+  otp_last_step: string | null
+  session_version: Generated<number>
+  created_at: Timestamp
+  updated_at: Timestamp
+}
+
+export interface SessionTable {
+  id: Generated<string>
+  user_id: string
+  organization_id: string
+  created_at: Timestamp
+  last_used_at: Timestamp
+  expires_at: Timestamp
+  revoked_at: Timestamp | null
+  revoked_reason: string | null
+  user_agent: string | null
+  ip_address: string | null
+}
+
+export interface RefreshTokenTable {
+  id: Generated<string>
+  session_id: string
+  token_hash: string
+  created_at: Timestamp
+  expires_at: Timestamp
+  rotated_at: Timestamp | null
+  revoked_at: Timestamp | null
+}
+
+export interface RateLimitTable {
+  key: string
+  window_start: Timestamp
+  count: number
 }
 
 export interface Database {
   organizations: OrganizationTable
+  accounts: AccountTable
+  sessions: SessionTable
+  refresh_tokens: RefreshTokenTable
+  rate_limits: RateLimitTable
 }
 
 /** Anything queries can run on: the pool-backed instance or an open transaction. */

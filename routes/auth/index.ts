@@ -1,0 +1,172 @@
+// The user session endpoints of spec 4.1: login, refresh, logout, logout-all and session management.
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import { SecuritySchemes } from '../../plugins/docs.ts'
+import { AppError, problemResponses } from '../../src/errors.ts'
+import { requireUser } from '../../src/principal.ts'
+import { enforceRateLimits } from '../../src/services/rate-limit.ts'
+import type { IssuedSession } from '../../src/services/sessions.ts'
+import { clearSessionCookies, setSessionCookies } from './cookies.ts'
+import { LoginRequest, NoContent, SessionItem, SessionParams, SessionResponse } from './schemas.ts'
+
+const PUBLIC: Record<string, string[]>[] = []
+const USER_SESSION = [{ [SecuritySchemes.accessCookie]: [] }]
+
+const sessionResponse = (session: IssuedSession) => ({
+  userId: session.userId,
+  organizationId: session.organizationId,
+  sessionId: session.sessionId,
+})
+
+const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { config, clock, db } = app
+  const refreshCookie = config.auth.cookie.refreshTokenName
+
+  app.post(
+    '/api/auth/login',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'login',
+        summary: 'Sign in with email and password (and OTP code when enabled); sets the session cookies',
+        security: PUBLIC,
+        body: LoginRequest,
+        response: { 200: SessionResponse, ...problemResponses(401, 429) },
+      },
+    },
+    async (request, reply) => {
+      const { username, password, otpCode } = request.body
+      // Limits are checked before any password hash is computed.
+      await enforceRateLimits(db, clock, [
+        { key: `login:ip:${request.ip}`, max: config.auth.rateLimit.loginPerMinute, windowSeconds: 60 },
+        {
+          key: `login:account:${username.trim().toLowerCase()}`,
+          max: config.auth.rateLimit.loginPerMinute,
+          windowSeconds: 60,
+        },
+      ])
+      const user = await app.authenticator.authenticate({ username, password, otpCode })
+      if (!user) throw new AppError('INVALID_CREDENTIALS', 'The email or password is not correct')
+      const session = await app.sessions.start(user, {
+        userAgent: request.headers['user-agent'] ?? null,
+        ipAddress: request.ip,
+      })
+      setSessionCookies(reply, config, session, clock.now())
+      return sessionResponse(session)
+    },
+  )
+
+  app.post(
+    '/api/auth/refresh',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'refresh',
+        summary: 'Rotate the refresh token and issue a new access token; restores the session at start-up',
+        description:
+          'Each refresh token is single use. Presenting a rotated token again revokes its whole session ' +
+          '(401 REFRESH_TOKEN_REUSED). Clients serialise refreshes.',
+        security: PUBLIC,
+        response: { 200: SessionResponse, ...problemResponses(401, 429, 503) },
+      },
+    },
+    async (request, reply) => {
+      await enforceRateLimits(db, clock, [
+        { key: `refresh:ip:${request.ip}`, max: config.auth.rateLimit.refreshPerMinute, windowSeconds: 60 },
+      ])
+      try {
+        const session = await app.sessions.refresh(request.cookies[refreshCookie])
+        setSessionCookies(reply, config, session, clock.now())
+        return sessionResponse(session)
+      } catch (error) {
+        if (error instanceof AppError && error.status === 401) clearSessionCookies(reply, config)
+        throw error
+      }
+    },
+  )
+
+  app.post(
+    '/api/auth/logout',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'logout',
+        summary: 'Revoke the session of the presented refresh cookie and clear the cookies',
+        security: PUBLIC,
+        response: { 204: NoContent },
+      },
+    },
+    async (request, reply) => {
+      await app.sessions.logout(request.cookies[refreshCookie])
+      clearSessionCookies(reply, config)
+      return reply.code(204).send(null)
+    },
+  )
+
+  app.post(
+    '/api/auth/logout-all',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'logoutAll',
+        summary: 'Revoke every session of the signed-in user',
+        security: USER_SESSION,
+        response: { 204: NoContent, ...problemResponses(401, 403) },
+      },
+    },
+    async (request, reply) => {
+      const user = requireUser(request)
+      await app.sessions.logoutAll(user.userId)
+      clearSessionCookies(reply, config)
+      return reply.code(204).send(null)
+    },
+  )
+
+  app.get(
+    '/api/auth/sessions',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'listSessions',
+        summary: "The signed-in user's active sessions",
+        security: USER_SESSION,
+        response: { 200: Type.Array(SessionItem), ...problemResponses(401, 403) },
+      },
+    },
+    async (request) => {
+      const user = requireUser(request)
+      const sessions = await app.sessions.list(user.userId)
+      return sessions.map((s) => ({
+        sessionId: s.id,
+        createdAt: s.created_at.toISOString(),
+        lastUsedAt: s.last_used_at.toISOString(),
+        expiresAt: s.expires_at.toISOString(),
+        userAgent: s.user_agent,
+        ipAddress: s.ip_address,
+        current: s.id === user.sessionId,
+      }))
+    },
+  )
+
+  app.delete(
+    '/api/auth/sessions/:sessionId',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'revokeSession',
+        summary: "Revoke one of the signed-in user's sessions",
+        security: USER_SESSION,
+        params: SessionParams,
+        response: { 204: NoContent, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request, reply) => {
+      const user = requireUser(request)
+      await app.sessions.revoke(user.userId, request.params.sessionId)
+      if (request.params.sessionId === user.sessionId) clearSessionCookies(reply, config)
+      return reply.code(204).send(null)
+    },
+  )
+}
+
+export default authRoutes

@@ -1,0 +1,37 @@
+import { Type } from '@sinclair/typebox'
+
+export const Uuid = Type.String({ format: 'uuid' })
+const DateTime = Type.String({ format: 'date-time' })
+
+export const LoginRequest = Type.Object(
+  {
+    username: Type.String({ minLength: 1, maxLength: 320, description: 'The account email' }),
+    password: Type.String({ minLength: 1, maxLength: 1024 }),
+    otpCode: Type.Optional(
+      Type.String({
+        maxLength: 64,
+        description: 'TOTP code or unused backup code, when the account has OTP on',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
+export const SessionResponse = Type.Object(
+  { userId: Uuid, organizationId: Uuid, sessionId: Uuid },
+  { description: 'Who is signed in; the tokens travel only in httpOnly cookies' },
+)
+
+export const SessionItem = Type.Object({
+  sessionId: Uuid,
+  createdAt: DateTime,
+  lastUsedAt: DateTime,
+  expiresAt: DateTime,
+  userAgent: Type.Union([Type.String(), Type.Null()]),
+  ipAddress: Type.Union([Type.String(), Type.Null()]),
+  current: Type.Boolean({ description: 'True for the session of the calling access token' }),
+})
+
+export const SessionParams = Type.Object({ sessionId: Uuid })
+
+export const NoContent = Type.Null({ description: 'No content' })

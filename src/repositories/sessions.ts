@@ -1,0 +1,128 @@
+import type { Selectable } from 'kysely'
+import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../db/schema.ts'
+
+export type SessionRow = Selectable<SessionTable>
+export type RefreshTokenRow = Selectable<RefreshTokenTable>
+
+export function insertSession(
+  db: Tx,
+  values: {
+    userId: string
+    organizationId: string
+    now: Date
+    expiresAt: Date
+    userAgent: string | null
+    ipAddress: string | null
+  },
+): Promise<SessionRow> {
+  return db
+    .insertInto('sessions')
+    .values({
+      user_id: values.userId,
+      organization_id: values.organizationId,
+      created_at: values.now,
+      last_used_at: values.now,
+      expires_at: values.expiresAt,
+      user_agent: values.userAgent,
+      ip_address: values.ipAddress,
+    })
+    .returningAll()
+    .executeTakeFirstOrThrow()
+}
+
+export async function insertRefreshToken(
+  db: Tx,
+  values: { sessionId: string; tokenHash: string; now: Date; expiresAt: Date },
+): Promise<void> {
+  await db
+    .insertInto('refresh_tokens')
+    .values({
+      session_id: values.sessionId,
+      token_hash: values.tokenHash,
+      created_at: values.now,
+      expires_at: values.expiresAt,
+    })
+    .execute()
+}
+
+/**
+ * Marks an active refresh token rotated, atomically: of any number of concurrent callers with the
+ * same token, exactly one gets the row back (the row lock serialises them and the others no
+ * longer match `rotated_at is null`).
+ */
+export function claimRefreshToken(
+  db: Tx,
+  tokenHash: string,
+  now: Date,
+): Promise<RefreshTokenRow | undefined> {
+  return db
+    .updateTable('refresh_tokens')
+    .set({ rotated_at: now })
+    .where('token_hash', '=', tokenHash)
+    .where('rotated_at', 'is', null)
+    .where('revoked_at', 'is', null)
+    .where('expires_at', '>', now)
+    .returningAll()
+    .executeTakeFirst()
+}
+
+export function findRefreshToken(db: Executor, tokenHash: string): Promise<RefreshTokenRow | undefined> {
+  return db.selectFrom('refresh_tokens').selectAll().where('token_hash', '=', tokenHash).executeTakeFirst()
+}
+
+export function findSession(db: Executor, id: string): Promise<SessionRow | undefined> {
+  return db.selectFrom('sessions').selectAll().where('id', '=', id).executeTakeFirst()
+}
+
+export async function touchSession(db: Tx, id: string, now: Date): Promise<void> {
+  await db.updateTable('sessions').set({ last_used_at: now }).where('id', '=', id).execute()
+}
+
+/** Revokes sessions (and all their refresh tokens) that are still active; returns their ids. */
+export async function revokeSessions(
+  db: Tx,
+  where: { sessionId?: string; userId?: string },
+  now: Date,
+  reason: string,
+): Promise<string[]> {
+  let query = db
+    .updateTable('sessions')
+    .set({ revoked_at: now, revoked_reason: reason })
+    .where('revoked_at', 'is', null)
+  if (where.sessionId) query = query.where('id', '=', where.sessionId)
+  if (where.userId) query = query.where('user_id', '=', where.userId)
+  const revoked = await query.returning('id').execute()
+  const ids = revoked.map((row) => row.id)
+  if (ids.length > 0) {
+    await db
+      .updateTable('refresh_tokens')
+      .set({ revoked_at: now })
+      .where('session_id', 'in', ids)
+      .where('revoked_at', 'is', null)
+      .execute()
+  }
+  return ids
+}
+
+export function listActiveSessions(db: Executor, userId: string, now: Date): Promise<SessionRow[]> {
+  return db
+    .selectFrom('sessions')
+    .selectAll()
+    .where('user_id', '=', userId)
+    .where('revoked_at', 'is', null)
+    .where('expires_at', '>', now)
+    .orderBy('created_at', 'desc')
+    .execute()
+}
+
+export function countActiveRefreshTokens(db: Executor, sessionId: string, now: Date): Promise<number> {
+  return db
+    .selectFrom('refresh_tokens')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('session_id', '=', sessionId)
+    .where('rotated_at', 'is', null)
+    .where('revoked_at', 'is', null)
+    .where('expires_at', '>', now)
+    .executeTakeFirstOrThrow()
+    .then((row) => Number(row.n))
+}
