@@ -13,7 +13,7 @@ import { setTimeout as delay } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode } from '../helpers/process.ts'
-import { type Scenario, scenarios } from './scenarios.ts'
+import { BENCH_USER, type Scenario, scenarios } from './scenarios.ts'
 
 const duration = Number(process.env.BENCH_DURATION ?? 5)
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
@@ -62,22 +62,23 @@ interface Row {
   p99: number
   peakRssMb: number
   unexpected: number
+  statuses: string
 }
 
 async function measure(scenario: Scenario, baseUrl: string, pid: number): Promise<Row> {
-  const request = { ...(await scenario.prepare?.(baseUrl)) }
-  const options = {
+  const options = async () => ({
     url: `${baseUrl}${scenario.path}`,
     method: scenario.method ?? 'GET',
     connections,
-    ...request,
-  }
-  await autocannon({ ...options, duration: 1 }) // warm-up
+    ...(await scenario.prepare?.(baseUrl)),
+  })
+  await autocannon({ ...(await options()), duration: 1 }) // warm-up
+  const measured = await options()
   let peak = await rssKb(pid)
   const sampler = setInterval(async () => {
     peak = Math.max(peak, await rssKb(pid))
   }, 100)
-  const result = await autocannon({ ...options, duration })
+  const result = await autocannon({ ...measured, duration })
   clearInterval(sampler)
   const statusCounts = (result as unknown as { statusCodeStats: Record<string, { count: number }> })
     .statusCodeStats
@@ -90,6 +91,9 @@ async function measure(scenario: Scenario, baseUrl: string, pid: number): Promis
     p99: result.latency.p99,
     peakRssMb: peak / 1024,
     unexpected: total - expected + result.errors + result.timeouts,
+    statuses: Object.entries(statusCounts)
+      .map(([status, { count }]) => `${status}×${count}`)
+      .join(' '),
   }
 }
 
@@ -103,8 +107,31 @@ async function main() {
     PLATFORM_SERVER_HOST: '127.0.0.1',
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'info',
+    // The limits would otherwise stop the login and refresh scenarios after a few requests.
+    PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
+    PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
     ...(serverUrl ? { PLATFORM_DATASOURCE_URL: databaseUrl(serverUrl, benchDb) } : {}),
   }
+  // Seed the bench user through the operations CLI, before the service holds the database.
+  const org = await runNode('src/cli.ts', ['org', 'create', '--name', 'Bench'], appEnv).done
+  const { organizationId } = JSON.parse(org.stdout) as { organizationId: string }
+  const user = await runNode(
+    'src/cli.ts',
+    [
+      'user',
+      'create',
+      '--org',
+      organizationId,
+      '--email',
+      BENCH_USER.email,
+      '--role',
+      'member',
+      '--password',
+      BENCH_USER.password,
+    ],
+    appEnv,
+  ).done
+  if (user.code !== 0) throw new Error(`seeding the bench user failed: ${user.stderr}`)
   const bare = await start('test/bench/bare-server.ts', {})
   const app = await start('src/server.ts', appEnv)
   const rows: Row[] = []
@@ -134,6 +161,8 @@ async function main() {
   }
   if (rows.some((row) => row.unexpected > 0)) {
     process.stderr.write('\nSome responses had an unexpected status: the figures above are not valid.\n')
+    for (const row of rows.filter((r) => r.unexpected > 0))
+      process.stderr.write(`  ${row.name}: ${row.statuses}\n`)
     process.exitCode = 1
   }
 }

@@ -7,8 +7,45 @@ export interface Scenario {
   path: string
   method?: Options['method']
   expectStatus: number
-  /** Per-scenario preparation against the running service (seed data, log in); returns headers/body. */
-  prepare?: (baseUrl: string) => Promise<Pick<Options, 'headers' | 'body'>>
+  /** Preparation against the running service (log in, seed), run before each autocannon run. */
+  prepare?: (baseUrl: string) => Promise<Partial<Options>>
+}
+
+/** The user `npm run bench` seeds (through the CLI) before starting the service. */
+export const BENCH_USER = { email: 'bench@example.test', password: 'bench-password-0123456789' }
+
+/** Enough sessions for every connection of a run to have a token in flight. */
+const CONNECTIONS_MAX = Number(process.env.BENCH_CONNECTIONS ?? 10)
+
+const json = { 'content-type': 'application/json' }
+const loginBody = JSON.stringify({ username: BENCH_USER.email, password: BENCH_USER.password })
+
+function cookieValue(setCookie: string[] | string | null | undefined, name: string): string {
+  for (const line of [setCookie ?? []].flat()) {
+    const match = new RegExp(`^${name}=([^;]*)`).exec(line)
+    if (match?.[1]) return match[1]
+  }
+  throw new Error(`no ${name} cookie`)
+}
+
+async function login(baseUrl: string): Promise<{ access: string; refresh: string }> {
+  const res = await fetch(`${baseUrl}/api/auth/login`, { method: 'POST', headers: json, body: loginBody })
+  if (res.status !== 200) throw new Error(`bench login failed: ${res.status} ${await res.text()}`)
+  const cookies = res.headers.getSetCookie()
+  return { access: cookieValue(cookies, 'access_token'), refresh: cookieValue(cookies, 'refresh_token') }
+}
+
+/** autocannon hands onResponse the raw header list ([name, value, …]) or an object. */
+function setCookieFrom(headers: unknown): string[] {
+  if (Array.isArray(headers)) {
+    const values: string[] = []
+    for (let i = 0; i + 1 < headers.length; i += 2) {
+      if (String(headers[i]).toLowerCase() === 'set-cookie') values.push(String(headers[i + 1]))
+    }
+    return values
+  }
+  const value = (headers as Record<string, string | string[]>)?.['set-cookie']
+  return [value ?? []].flat()
 }
 
 // The scenarios of `npm run bench`. Features add theirs here.
@@ -20,5 +57,48 @@ export const scenarios: Scenario[] = [
     target: 'app',
     path: '/api/auth/sessions',
     expectStatus: 401,
+  },
+  {
+    name: 'authenticated request (cookie → principal → 200)',
+    target: 'app',
+    path: '/api/auth/sessions',
+    expectStatus: 200,
+    prepare: async (baseUrl) => ({ headers: { cookie: `access_token=${(await login(baseUrl)).access}` } }),
+  },
+  {
+    name: 'POST /api/auth/login (argon2id verify)',
+    target: 'app',
+    path: '/api/auth/login',
+    method: 'POST',
+    expectStatus: 200,
+    prepare: async () => ({ headers: json, body: loginBody }),
+  },
+  {
+    // Refresh tokens are single use: every request takes an unused token from a pool and its
+    // response puts the successor back (autocannon resets per-request context, so the pool is shared).
+    name: 'POST /api/auth/refresh (rotation)',
+    target: 'app',
+    path: '/api/auth/refresh',
+    method: 'POST',
+    expectStatus: 200,
+    prepare: async (baseUrl) => {
+      const pool = await Promise.all(
+        Array.from({ length: 2 * CONNECTIONS_MAX }, async () => (await login(baseUrl)).refresh),
+      )
+      return {
+        requests: [
+          {
+            setupRequest: (request) => ({
+              ...request,
+              headers: { ...request.headers, cookie: `refresh_token=${pool.shift()}` },
+            }),
+            onResponse: (_status, _body, _context, headers) => {
+              const next = setCookieFrom(headers).find((line) => /^refresh_token=[^;]/.test(line))
+              if (next) pool.push(cookieValue(next, 'refresh_token'))
+            },
+          },
+        ],
+      }
+    },
   },
 ]
