@@ -49,7 +49,133 @@ describe('operations CLI', () => {
     }
   })
 
+  it('creates an active user with a hashed password, read from stdin when asked', async () => {
+    const org = JSON.parse((await cli('org', 'create', '--name', 'Users Inc')).stdout).organizationId
+    const created = await cli(
+      'user',
+      'create',
+      '--org',
+      org,
+      '--email',
+      'Ops@Example.com',
+      '--role',
+      'admin',
+      '--password',
+      'correct horse battery',
+    )
+    expect(created.stderr).toBe('')
+    expect(JSON.parse(created.stdout).userId).toMatch(/^[0-9a-f-]{36}$/)
+    const duplicate = await cli(
+      'user',
+      'create',
+      '--org',
+      org,
+      '--email',
+      'ops@example.com',
+      '--role',
+      'member',
+      '--password',
+      'another long password',
+    )
+    expect(JSON.parse(duplicate.stderr)).toMatchObject({ code: 'ACCOUNT_EXISTS' })
+    const weak = await cli(
+      'user',
+      'create',
+      '--org',
+      org,
+      '--email',
+      'weak@example.com',
+      '--role',
+      'member',
+      '--password',
+      'short',
+    )
+    expect(JSON.parse(weak.stderr)).toMatchObject({ code: 'WEAK_PASSWORD' })
+    const piped = runNode(
+      'src/cli.ts',
+      [
+        'user',
+        'create',
+        '--org',
+        org,
+        '--email',
+        'stdin@example.com',
+        '--role',
+        'member',
+        '--password-stdin',
+      ],
+      env,
+      'piped password 1234\n',
+    )
+    const result = await piped.done
+    expect(result.stderr).toBe('')
+    const userId = JSON.parse(result.stdout).userId
+    if (database) {
+      const row = await database.handle.db
+        .selectFrom('accounts')
+        .selectAll()
+        .where('id', '=', userId)
+        .executeTakeFirstOrThrow()
+      expect(row).toMatchObject({
+        email: 'stdin@example.com',
+        role: 'member',
+        active: true,
+        organization_id: org,
+      })
+      expect(row.password_hash).toMatch(/^\$argon2id\$/)
+      expect(row.password_hash).not.toContain('piped password')
+    }
+  })
+
   it.each([
+    [
+      [
+        'user',
+        'create',
+        '--org',
+        'not-a-uuid',
+        '--email',
+        'a@b.co',
+        '--role',
+        'admin',
+        '--password',
+        'long enough password',
+      ],
+      'USAGE',
+      /--org/,
+    ],
+    [
+      [
+        'user',
+        'create',
+        '--org',
+        '00000000-0000-4000-8000-000000000000',
+        '--email',
+        'a@b.co',
+        '--role',
+        'owner',
+        '--password',
+        'long enough password',
+      ],
+      'USAGE',
+      /--role/,
+    ],
+    [
+      [
+        'user',
+        'create',
+        '--org',
+        '00000000-0000-4000-8000-000000000000',
+        '--email',
+        'a@b.co',
+        '--role',
+        'admin',
+        '--password',
+        'long enough password',
+      ],
+      'NOT_FOUND',
+      /organization/,
+    ],
     [['org', 'create'], 'USAGE', /--name is required/],
     [['org', 'create', '--name', '   '], 'USAGE', /--name is required/],
     [['org', 'create', '--name', 'x'.repeat(201)], 'VALIDATION_FAILED', /1 to 200/],

@@ -15,12 +15,14 @@ export function runNode(
   script: string,
   args: string[],
   env: Record<string, string>,
+  stdin?: string,
 ): { child: ChildProcess; done: Promise<Finished> } {
   const child = spawn(process.execPath, [script, ...args], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
   })
+  if (stdin !== undefined) child.stdin?.end(stdin)
   let stdout = ''
   let stderr = ''
   child.stdout?.on('data', (chunk) => {

@@ -1,0 +1,266 @@
+import { createHmac, randomBytes, randomUUID } from 'node:crypto'
+import type { FastifyInstance } from 'fastify'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { buildApp } from '../src/app.ts'
+import { createAccount } from '../src/services/accounts.ts'
+import { createOrganization } from '../src/services/organizations.ts'
+import type { SessionVersionProvider } from '../src/services/session-version.ts'
+import { createTestApp, LogCapture, type TestApp, testConfig, useTestApp } from './helpers/app.ts'
+import { TestClock } from './helpers/clock.ts'
+
+// Every way an access cookie can be forged or stale must end in 401 on a protected route. Forged
+// tokens are built by hand with node:crypto, so the checks do not depend on the signer under test.
+
+const PASSWORD = 'correct horse battery staple'
+const PROTECTED = '/api/auth/sessions'
+
+interface Session {
+  userId: string
+  organizationId: string
+  sessionId: string
+  accessToken: string
+}
+
+const b64url = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url')
+
+function signed(header: object, payload: object, key: Buffer, hmac = 'sha256'): string {
+  const input = `${b64url(header)}.${b64url(payload)}`
+  return `${input}.${createHmac(hmac, key).update(input).digest('base64url')}`
+}
+
+async function newUser(app: FastifyInstance, email: string): Promise<void> {
+  const organization = await createOrganization(app.db, { name: `Org of ${email}` })
+  await createAccount(app.db, app, {
+    organizationId: organization.id,
+    email,
+    role: 'member',
+    password: PASSWORD,
+  })
+}
+
+async function login(app: FastifyInstance, email: string): Promise<Session> {
+  const res = await app.inject({
+    method: 'POST',
+    url: '/api/auth/login',
+    payload: { username: email, password: PASSWORD },
+  })
+  expect(res.statusCode).toBe(200)
+  const accessToken = res.cookies.find((c) => c.name === 'access_token')?.value
+  expect(accessToken).toBeTruthy()
+  return { ...res.json(), accessToken: accessToken as string }
+}
+
+const callWith = (app: FastifyInstance, token: string) =>
+  app.inject({ method: 'GET', url: PROTECTED, cookies: { access_token: token } })
+
+async function expectRejected(app: FastifyInstance, token: string): Promise<void> {
+  const res = await callWith(app, token)
+  expect(res.statusCode).toBe(401)
+  expect(res.json().code).toBe('AUTHENTICATION_REQUIRED')
+}
+
+async function expectAccepted(app: FastifyInstance, token: string): Promise<void> {
+  const res = await callWith(app, token)
+  expect(res.statusCode).toBe(200)
+}
+
+const t = useTestApp()
+const secret = () => Buffer.from(t.config.auth.jwt.secret, 'base64')
+
+describe('access token verification', () => {
+  const email = 'jwt.user@example.com'
+  let session: Session
+
+  beforeAll(async () => {
+    await newUser(t.app, email)
+    session = await login(t.app, email)
+  })
+
+  /** Claims the service would issue for the session now; tests change one thing at a time. */
+  const claims = (overrides: Record<string, unknown> = {}) => {
+    const iat = Math.floor(t.clock.now().getTime() / 1000)
+    return {
+      sub: session.userId,
+      sid: session.sessionId,
+      org: session.organizationId,
+      ver: 0,
+      iss: t.config.auth.jwt.issuer,
+      aud: t.config.auth.jwt.userAudience,
+      iat,
+      exp: iat + 720,
+      ...overrides,
+    }
+  }
+  const HS256 = { alg: 'HS256', typ: 'JWT' }
+
+  it('accepts the access token set by login', async () => {
+    await expectAccepted(t.app, session.accessToken)
+  })
+
+  it('accepts a hand-signed HS256 token with the right claims (the forgeries below differ in one thing)', async () => {
+    await expectAccepted(t.app, signed(HS256, claims(), secret()))
+  })
+
+  it('rejects a request without an access cookie', async () => {
+    const res = await t.app.inject({ method: 'GET', url: PROTECTED })
+    expect(res.statusCode).toBe(401)
+    expect(res.json().code).toBe('AUTHENTICATION_REQUIRED')
+  })
+
+  it('rejects an unsigned token with alg "none"', async () => {
+    const header = { alg: 'none', typ: 'JWT' }
+    await expectRejected(t.app, `${b64url(header)}.${b64url(claims())}.`)
+    // Some libraries accept "none" with any signature part; the signature must not matter.
+    const withSignature = signed(HS256, claims(), secret()).split('.')[2]
+    await expectRejected(t.app, `${b64url(header)}.${b64url(claims())}.${withSignature}`)
+  })
+
+  it('rejects a token signed with HS512 or HS384, even with the right secret', async () => {
+    await expectRejected(t.app, signed({ alg: 'HS512', typ: 'JWT' }, claims(), secret(), 'sha512'))
+    await expectRejected(t.app, signed({ alg: 'HS384', typ: 'JWT' }, claims(), secret(), 'sha384'))
+  })
+
+  it('rejects a token whose HS256 header is kept but whose signature was made with another algorithm', async () => {
+    await expectRejected(t.app, signed(HS256, claims(), secret(), 'sha512'))
+  })
+
+  it('rejects a token with a tampered signature', async () => {
+    const [header, payload, signature] = session.accessToken.split('.') as [string, string, string]
+    const bytes = Buffer.from(signature, 'base64url')
+    bytes[0] = (bytes[0] as number) ^ 0x01
+    await expectRejected(t.app, `${header}.${payload}.${bytes.toString('base64url')}`)
+  })
+
+  it('rejects a token whose payload was changed (another sub) under the original signature', async () => {
+    const [header, payload, signature] = session.accessToken.split('.') as [string, string, string]
+    const original = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8'))
+    expect(original.sub).toBe(session.userId)
+    const tampered = b64url({ ...original, sub: randomUUID() })
+    await expectRejected(t.app, `${header}.${tampered}.${signature}`)
+  })
+
+  it('rejects a token signed with another secret', async () => {
+    await expectRejected(t.app, signed(HS256, claims(), randomBytes(32)))
+  })
+
+  it('rejects a token from another issuer', async () => {
+    await expectRejected(t.app, signed(HS256, claims({ iss: 'someone-else' }), secret()))
+  })
+
+  it('rejects a token for another audience', async () => {
+    await expectRejected(t.app, signed(HS256, claims({ aud: 'another-audience' }), secret()))
+  })
+
+  it('rejects a service-account token (service audience) presented as the access cookie', async () => {
+    const service = t.app.tokens.issueServiceToken({ sub: randomUUID(), cid: 'backend', scope: '' })
+    await expectRejected(t.app, service.token)
+    // The same claims with the user audience would have passed the signature check: only aud differs.
+    await expectRejected(t.app, signed(HS256, claims({ aud: t.config.auth.jwt.serviceAudience }), secret()))
+  })
+
+  it('rejects garbage in the access cookie', async () => {
+    for (const token of ['not-a-jwt', 'a.b.c', '...', session.accessToken.split('.').slice(0, 2).join('.')]) {
+      await expectRejected(t.app, token)
+    }
+  })
+
+  it('rejects a token once it has expired (720 s), and accepts it until then', async () => {
+    const fresh = await login(t.app, email)
+    t.clock.advanceSeconds(719)
+    await expectAccepted(t.app, fresh.accessToken)
+    t.clock.advanceSeconds(2)
+    await expectRejected(t.app, fresh.accessToken)
+  })
+
+  it('rejects a hand-signed token whose exp has passed', async () => {
+    const iat = Math.floor(t.clock.now().getTime() / 1000) - 800
+    await expectRejected(t.app, signed(HS256, claims({ iat, exp: iat + 720 }), secret()))
+  })
+})
+
+describe('session version (spec 5.2)', () => {
+  it('without a provider (default), keeps an access token valid after logout-all until it expires', async () => {
+    await newUser(t.app, 'no-version@example.com')
+    const session = await login(t.app, 'no-version@example.com')
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/api/auth/logout-all',
+      cookies: { access_token: session.accessToken },
+    })
+    expect(res.statusCode).toBe(204)
+    await expectAccepted(t.app, session.accessToken)
+    t.clock.advanceSeconds(721)
+    await expectRejected(t.app, session.accessToken)
+  })
+
+  describe('with the built-in provider enabled', () => {
+    let versioned: TestApp
+
+    beforeAll(async () => {
+      versioned = await createTestApp({
+        database: t.database,
+        config: { 'platform.auth.session-version.enabled': 'true' },
+      })
+    })
+
+    afterAll(async () => {
+      await versioned?.close()
+    })
+
+    it('rejects an access token issued before logout-all at once, and accepts one issued after', async () => {
+      const { app } = versioned
+      await newUser(app, 'versioned@example.com')
+      const first = await login(app, 'versioned@example.com')
+      const second = await login(app, 'versioned@example.com')
+      await expectAccepted(app, second.accessToken)
+      const res = await app.inject({
+        method: 'POST',
+        url: '/api/auth/logout-all',
+        cookies: { access_token: first.accessToken },
+      })
+      expect(res.statusCode).toBe(204)
+      await expectRejected(app, first.accessToken)
+      await expectRejected(app, second.accessToken)
+      const after = await login(app, 'versioned@example.com')
+      await expectAccepted(app, after.accessToken)
+    })
+  })
+
+  describe('with a provider supplied by the deployment', () => {
+    const versions = new Map<string, number>()
+    const sessionVersionProvider: SessionVersionProvider = {
+      currentVersion: async (userId) => versions.get(userId) ?? null,
+    }
+    let app: FastifyInstance
+
+    beforeAll(async () => {
+      app = await buildApp(testConfig({ 'platform.datasource.migrate-on-start': 'false' }), {
+        database: t.database.handle,
+        clock: new TestClock(),
+        sessionVersionProvider,
+        logStream: new LogCapture(),
+        logLevel: 'silent',
+      })
+      await app.ready()
+    })
+
+    afterAll(async () => {
+      await app?.close()
+    })
+
+    it('rejects a token whose ver differs from the provided version, and ignores ver when none is provided', async () => {
+      await newUser(app, 'custom-version@example.com')
+      const unversioned = await login(app, 'custom-version@example.com')
+      versions.set(unversioned.userId, 3)
+      // Issued with ver 0 while the provider returned nothing; now the provider says 3.
+      await expectRejected(app, unversioned.accessToken)
+      const current = await login(app, 'custom-version@example.com')
+      await expectAccepted(app, current.accessToken)
+      versions.set(current.userId, 4)
+      await expectRejected(app, current.accessToken)
+      versions.delete(current.userId)
+      await expectAccepted(app, current.accessToken)
+      await expectAccepted(app, unversioned.accessToken)
+    })
+  })
+})
