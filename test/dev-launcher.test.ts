@@ -18,8 +18,13 @@ async function startDev() {
     PLATFORM_SERVER_PORT: '0',
     LOG_LEVEL: 'warn',
   })
-  const line = await waitForOutput(dev.child, /Interactive docs: +http:\/\/localhost:\d+\/docs/)
-  return { ...dev, docs: line.replace(/^Interactive docs: +/, '') }
+  let output = ''
+  dev.child.stdout?.on('data', (chunk) => {
+    output += chunk
+  })
+  await waitForOutput(dev.child, /Sign in: .*\n/)
+  const docs = /Interactive docs: +(http:\/\/localhost:\d+\/docs)/.exec(output)?.[1] as string
+  return { ...dev, docs, output: () => output }
 }
 
 describe('npm run dev', () => {
@@ -30,6 +35,15 @@ describe('npm run dev', () => {
     expect(await page.text()).toContain('swagger-ui')
     const api = await fetch(first.docs.replace('/docs', '/v3/api-docs'))
     expect(api.status).toBe(200)
+    // The printed demo admin can sign in.
+    const demo = JSON.parse(await readFile(path.join(dataDir, 'demo-admin.json'), 'utf8'))
+    expect(first.output()).toContain(`Demo admin:        admin@demo.local / ${demo.password}`)
+    const login = await fetch(first.docs.replace('/docs', '/api/auth/login'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: demo.email, password: demo.password }),
+    })
+    expect(login.status).toBe(200)
     first.child.kill('SIGTERM')
     expect((await first.done).code).toBe(0)
 

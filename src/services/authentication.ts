@@ -67,10 +67,11 @@ export class AccountAuthenticator implements CredentialAuthenticator {
     }
     const now = clock.now()
     const passwordMatches = await passwords.verify(account.password_hash, password)
+    // A deactivated account is indistinguishable from a wrong password, even while locked.
+    if (!account.active) return null
     if (account.locked_until && account.locked_until > now) {
       throw new AppError('ACCOUNT_LOCKED', 'The account is temporarily locked after too many failed attempts')
     }
-    if (!account.active) return null
     if (!passwordMatches) {
       await this.#countFailure(account.id, now)
       return null

@@ -74,6 +74,17 @@ export const scenarios: Scenario[] = [
     prepare: async () => ({ headers: json, body: loginBody }),
   },
   {
+    name: 'POST /api/auth/login, unknown account (401, same argon2 work)',
+    target: 'app',
+    path: '/api/auth/login',
+    method: 'POST',
+    expectStatus: 401,
+    prepare: async () => ({
+      headers: json,
+      body: JSON.stringify({ username: 'nobody@example.test', password: BENCH_USER.password }),
+    }),
+  },
+  {
     // Refresh tokens are single use: every request takes an unused token from a pool and its
     // response puts the successor back (autocannon resets per-request context, so the pool is shared).
     name: 'POST /api/auth/refresh (rotation)',
