@@ -338,7 +338,8 @@ describe('session management', () => {
       sessionId: phone.sessionId,
       createdAt: now.toISOString(),
       lastUsedAt: now.toISOString(),
-      expiresAt: new Date(now.getTime() + 90 * DAY * 1000).toISOString(),
+      // When the session ends unless refreshed: the refresh token's expiry (30 days), within 90.
+      expiresAt: new Date(now.getTime() + 30 * DAY * 1000).toISOString(),
       userAgent: 'Phone/2.0',
       ipAddress: '203.0.113.9',
       current: true,
@@ -348,6 +349,21 @@ describe('session management', () => {
       ipAddress: '127.0.0.1',
       current: false,
     })
+  })
+
+  it('stops listing a session once its refresh token has expired unused', async () => {
+    const email = await newUser(t.app)
+    const idle = await login(t.app, email)
+    t.clock.advanceSeconds(29 * DAY)
+    const fresh = await login(t.app, email)
+    const listed = async (access: string) =>
+      ((await listSessions(access)).json() as { sessionId: string }[]).map((s) => s.sessionId)
+    expect(await listed(fresh.access)).toContain(idle.sessionId)
+    t.clock.advanceSeconds(DAY + 1)
+    const renewed = cookieValue(await refresh(t.app, fresh.refresh), 'access_token')
+    // The idle session can no longer be refreshed, so it is not active any more.
+    expect(await listed(renewed)).toEqual([fresh.sessionId])
+    expect((await refresh(t.app, idle.refresh)).json().code).toBe('REFRESH_TOKEN_INVALID')
   })
 
   it('moves lastUsedAt when the session is refreshed', async () => {

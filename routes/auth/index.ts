@@ -140,7 +140,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         sessionId: s.id,
         createdAt: s.created_at.toISOString(),
         lastUsedAt: s.last_used_at.toISOString(),
-        expiresAt: s.expires_at.toISOString(),
+        expiresAt: s.refresh_expires_at.toISOString(),
         userAgent: s.user_agent,
         ipAddress: s.ip_address,
         current: s.id === user.sessionId,

@@ -104,14 +104,26 @@ export async function revokeSessions(
   return ids
 }
 
-export function listActiveSessions(db: Executor, userId: string, now: Date): Promise<SessionRow[]> {
+/**
+ * The user's sessions that can still be refreshed: not revoked and holding an unexpired, unused
+ * refresh token. `refresh_expires_at` is when the session ends unless it is refreshed.
+ */
+export function listActiveSessions(
+  db: Executor,
+  userId: string,
+  now: Date,
+): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
   return db
     .selectFrom('sessions')
-    .selectAll()
-    .where('user_id', '=', userId)
-    .where('revoked_at', 'is', null)
-    .where('expires_at', '>', now)
-    .orderBy('created_at', 'desc')
+    .innerJoin('refresh_tokens', 'refresh_tokens.session_id', 'sessions.id')
+    .selectAll('sessions')
+    .select('refresh_tokens.expires_at as refresh_expires_at')
+    .where('sessions.user_id', '=', userId)
+    .where('sessions.revoked_at', 'is', null)
+    .where('refresh_tokens.rotated_at', 'is', null)
+    .where('refresh_tokens.revoked_at', 'is', null)
+    .where('refresh_tokens.expires_at', '>', now)
+    .orderBy('sessions.created_at', 'desc')
     .execute()
 }
 

@@ -43,6 +43,22 @@ export interface SessionServiceDeps {
 
 const USER_AGENT_MAX = 512
 
+/**
+ * A failure while rotating is not reuse (decisions 6): anything but a deliberate AppError answers
+ * 503 and, the transaction having rolled back, leaves the session as it was.
+ */
+async function unavailableOnFailure<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work()
+  } catch (error) {
+    if (error instanceof AppError) throw error
+    throw new AppError('SERVICE_UNAVAILABLE', 'The session could not be refreshed; retry', {
+      cause: error,
+      headers: { 'retry-after': '1' },
+    })
+  }
+}
+
 const addSeconds = (date: Date, seconds: number) => new Date(date.getTime() + seconds * 1000)
 const earliest = (a: Date, b: Date) => (a.getTime() <= b.getTime() ? a : b)
 
@@ -116,9 +132,8 @@ export class SessionService {
     const now = clock.now()
     const tokenHash = sha256(rawToken)
     const next = newOpaqueToken()
-    let rotated: { session: SessionRow; expiresAt: Date } | null
-    try {
-      rotated = await inTransaction(db, async (trx) => {
+    const rotated = await unavailableOnFailure(() =>
+      inTransaction(db, async (trx) => {
         const claimed = await claimRefreshToken(trx, tokenHash, now)
         if (!claimed) return null
         const session = await findSession(trx, claimed.session_id)
@@ -129,38 +144,41 @@ export class SessionService {
         await insertRefreshToken(trx, { sessionId: session.id, tokenHash: next.hash, now, expiresAt })
         await touchSession(trx, session.id, now)
         return { session, expiresAt }
-      })
-    } catch (error) {
-      if (error instanceof AppError) throw error
-      throw new AppError('SERVICE_UNAVAILABLE', 'The session could not be refreshed; retry', {
-        cause: error,
-        headers: { 'retry-after': '1' },
-      })
-    }
+      }),
+    )
     if (rotated) return this.#issued(rotated.session, next.raw, rotated.expiresAt)
     return this.#rejectUnclaimed(tokenHash, now)
   }
 
   async #rejectUnclaimed(tokenHash: string, now: Date): Promise<never> {
     const { db, events } = this.#deps
-    const token = await findRefreshToken(db, tokenHash)
-    if (token?.rotated_at) {
-      const session = await findSession(db, token.session_id)
-      await inTransaction(db, (trx) =>
-        revokeSessions(trx, { sessionId: token.session_id }, now, 'refresh_token_reuse_detected'),
-      )
-      if (session) {
-        await events.publish('UserSessionsRevokedEvent', {
-          userId: session.user_id,
-          reason: 'refresh_token_reuse_detected',
-        })
-      }
-      throw new AppError(
-        'REFRESH_TOKEN_REUSED',
-        'This refresh token was already used; the session has been revoked',
-      )
+    const reuse = await unavailableOnFailure(async () => {
+      const token = await findRefreshToken(db, tokenHash)
+      if (!token?.rotated_at) return null
+      return inTransaction(db, async (trx) => {
+        const revoked = await revokeSessions(
+          trx,
+          { sessionId: token.session_id },
+          now,
+          'refresh_token_reuse_detected',
+        )
+        const session = await findSession(trx, token.session_id)
+        return { revokedNow: revoked.length > 0, userId: session?.user_id }
+      })
+    })
+    if (!reuse)
+      throw new AppError('REFRESH_TOKEN_INVALID', 'The refresh token is unknown, expired or revoked')
+    // One event per incident: later presentations of tokens of an already revoked session publish nothing.
+    if (reuse.revokedNow && reuse.userId) {
+      await events.publish('UserSessionsRevokedEvent', {
+        userId: reuse.userId,
+        reason: 'refresh_token_reuse_detected',
+      })
     }
-    throw new AppError('REFRESH_TOKEN_INVALID', 'The refresh token is unknown, expired or revoked')
+    throw new AppError(
+      'REFRESH_TOKEN_REUSED',
+      'This refresh token was already used; the session has been revoked',
+    )
   }
 
   /** Revokes the session a refresh token belongs to (in any state); unknown tokens are ignored. */
@@ -186,7 +204,7 @@ export class SessionService {
     await inTransaction(db, (trx) => revokeSessions(trx, { userId }, clock.now(), reason))
   }
 
-  list(userId: string): Promise<SessionRow[]> {
+  list(userId: string): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
     return listActiveSessions(this.#deps.db, userId, this.#deps.clock.now())
   }
 
