@@ -1,14 +1,25 @@
 // Decorates the authentication services (`app.tokens`, `app.passwords`, `app.sessions`,
-// `app.authenticator`, `app.events`) and `request.principal`, resolved in onRequest from the
-// access cookie; needs config and db. Unknown /api routes answer 401 to unauthenticated callers,
-// so the route map is not visible without credentials.
+// `app.serviceAccounts`, `app.apiKeys`, `app.authenticator`, `app.events`) and
+// `request.principal`, resolved in onRequest; needs config and db. Also enforces the route's
+// scope for machine principals. Unknown /api routes answer 401 to unauthenticated callers, so the
+// route map is not visible without credentials.
+//
+// One principal per request:
+// - an API-key header or an Authorization header is an explicit credential and wins over the
+//   ambient access cookie, which is then ignored; an invalid explicit credential leaves the request
+//   unauthenticated (it never falls back to the cookie);
+// - both an API key and an Authorization header: ambiguous, the request is unauthenticated;
+// - Authorization accepts only `Bearer <service token>`: a user token sent as a bearer token has
+//   the user audience and is not accepted, and a service token is never accepted from the cookie.
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { AppError } from '../src/errors.ts'
 import type { EventBus } from '../src/events.ts'
 import type { Principal } from '../src/principal.ts'
 import { incrementSessionVersion } from '../src/repositories/accounts.ts'
+import type { Scope } from '../src/scopes.ts'
 import { AccountAuthenticator, type CredentialAuthenticator } from '../src/services/authentication.ts'
+import { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from '../src/services/machine-principals.ts'
 import { PasswordHasher } from '../src/services/passwords.ts'
 import { accountSessionVersions, type SessionVersionProvider } from '../src/services/session-version.ts'
 import { SessionService } from '../src/services/sessions.ts'
@@ -22,9 +33,17 @@ declare module 'fastify' {
     authenticator: CredentialAuthenticator
     accountAuthenticator: AccountAuthenticator
     events: EventBus
+    serviceAccounts: ServiceAccounts
+    apiKeys: ApiKeys
   }
   interface FastifyRequest {
     principal: Principal | null
+  }
+  interface FastifyContextConfig {
+    /** Open at the security-chain level: no principal needed, no scope checked. */
+    public?: boolean
+    /** The scope a machine principal needs; /api routes without one are for users only. */
+    scope?: Scope
   }
 }
 
@@ -65,9 +84,26 @@ async function authPlugin(app: FastifyInstance, options: AuthPluginOptions) {
   app.decorate('accountAuthenticator', accountAuthenticator)
   app.decorate('authenticator', options.authenticator ?? accountAuthenticator)
   app.decorate('sessions', new SessionService({ db, clock, config, tokens, events, versions }))
+  const serviceAccounts = new ServiceAccounts({ db, clock, config, tokens })
+  const apiKeys = new ApiKeys({ db, clock, config, tokens })
+  app.decorate('serviceAccounts', serviceAccounts)
+  app.decorate('apiKeys', apiKeys)
   app.decorateRequest('principal', null)
 
+  // Last use of API keys is gathered in memory and written in one batch a minute, and on close.
+  const flush = () =>
+    apiKeys
+      .flushLastUse()
+      .catch((error: unknown) => app.log.warn({ err: error }, 'recording API key use failed'))
+  const flushTimer = setInterval(flush, LAST_USE_FLUSH_MS)
+  flushTimer.unref()
+  app.addHook('onClose', async () => {
+    clearInterval(flushTimer)
+    await flush()
+  })
+
   const accessCookie = config.auth.cookie.accessTokenName
+  const apiKeyHeader = config.auth.apiKey.headerName.toLowerCase()
 
   async function userFromCookie(request: FastifyRequest): Promise<Principal | null> {
     const token = request.cookies[accessCookie]
@@ -87,10 +123,35 @@ async function authPlugin(app: FastifyInstance, options: AuthPluginOptions) {
     }
   }
 
+  async function resolvePrincipal(request: FastifyRequest): Promise<Principal | null> {
+    const apiKey = request.headers[apiKeyHeader]
+    const authorization = request.headers.authorization
+    if (apiKey !== undefined && authorization !== undefined) return null
+    if (apiKey !== undefined) return typeof apiKey === 'string' ? apiKeys.resolve(apiKey) : null
+    if (authorization !== undefined) {
+      const bearer = /^Bearer ([A-Za-z0-9._~+/=-]+)$/i.exec(authorization)?.[1]
+      return bearer ? serviceAccounts.resolveBearer(bearer) : null
+    }
+    return userFromCookie(request)
+  }
+
   app.addHook('onRequest', async (request) => {
-    request.principal = await userFromCookie(request)
-    if (!request.principal && request.is404 && request.url.startsWith('/api/')) {
+    const principal = await resolvePrincipal(request)
+    request.principal = principal
+    if (!request.url.startsWith('/api/')) return
+    if (!principal && request.is404) {
       throw new AppError('AUTHENTICATION_REQUIRED', 'This endpoint requires authentication')
+    }
+    const route = request.routeOptions.config
+    if (principal && principal.type !== 'USER' && !route.public && !request.is404) {
+      if (!route.scope || !principal.scopes.has(route.scope)) {
+        throw new AppError(
+          'INSUFFICIENT_SCOPE',
+          route.scope
+            ? `This endpoint needs the scope ${route.scope}`
+            : 'This endpoint is for signed-in users only',
+        )
+      }
     }
   })
 }

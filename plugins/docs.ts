@@ -37,8 +37,32 @@ async function docsPlugin(app: FastifyInstance) {
       },
       tags: [
         { name: 'authentication', description: 'Sessions of browser users' },
+        {
+          name: 'service-accounts',
+          description: 'Client credentials for backends (excluded from the generated frontend client)',
+        },
         { name: 'operations', description: 'Health and metrics' },
       ],
+    },
+    // Each /api operation's security follows its route config: `public` routes need nothing, routes
+    // with a `scope` accept the user cookie or a machine credential holding that scope, the others
+    // are for signed-in users only.
+    transform: ({ schema, url, route }) => {
+      if (!url.startsWith('/api/') || !schema || schema.security) return { schema, url }
+      const config = (route.config ?? {}) as { public?: boolean; scope?: string }
+      const security: Record<string, string[]>[] = config.public
+        ? []
+        : config.scope
+          ? [
+              { [SecuritySchemes.accessCookie]: [] },
+              { [SecuritySchemes.bearer]: [config.scope] },
+              { [SecuritySchemes.apiKey]: [config.scope] },
+            ]
+          : [{ [SecuritySchemes.accessCookie]: [] }]
+      return {
+        schema: { ...schema, security, ...(config.scope ? { 'x-required-scope': config.scope } : {}) },
+        url,
+      }
     },
     refResolver: {
       // Shared schemas keep their $id as their component name (`Problem`), not `def-0`.

@@ -67,6 +67,77 @@ const commands: Record<string, Command> = {
       return { userId: account.id }
     },
   },
+  'api-key create': {
+    usage: 'api-key create --org ORG --scopes a,b --description D [--expires-at ISO]',
+    migrateOnStart: true,
+    options: {
+      org: { type: 'string' },
+      scopes: { type: 'string' },
+      description: { type: 'string' },
+      'expires-at': { type: 'string' },
+    },
+    run: async (app, values) => {
+      const organizationId = required(values, 'org')
+      if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
+      return app.apiKeys.create({
+        organizationId,
+        scopes: list(required(values, 'scopes')),
+        description: required(values, 'description'),
+        expiresAt: instant(values['expires-at'], 'expires-at'),
+      })
+    },
+  },
+  'api-key revoke': {
+    usage: 'api-key revoke --id ID',
+    migrateOnStart: true,
+    options: { id: { type: 'string' } },
+    run: async (app, values) => {
+      const id = required(values, 'id')
+      if (!UUID.test(id)) throw new UsageError('--id must be an API key id (UUID)')
+      return app.apiKeys.revoke(id)
+    },
+  },
+  'api-key list': {
+    usage: 'api-key list --org ORG',
+    migrateOnStart: true,
+    options: { org: { type: 'string' } },
+    run: async (app, values) => {
+      const organizationId = required(values, 'org')
+      if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
+      return { items: await app.apiKeys.list(organizationId) }
+    },
+  },
+  'service-account create': {
+    usage: 'service-account create --client-id C --description D --scopes a,b',
+    migrateOnStart: true,
+    options: { 'client-id': { type: 'string' }, description: { type: 'string' }, scopes: { type: 'string' } },
+    run: async (app, values) =>
+      app.serviceAccounts.create({
+        clientId: required(values, 'client-id'),
+        description: required(values, 'description'),
+        scopes: list(required(values, 'scopes')),
+      }),
+  },
+  'service-account disable': {
+    usage: 'service-account disable --client-id C',
+    migrateOnStart: true,
+    options: { 'client-id': { type: 'string' } },
+    run: async (app, values) => app.serviceAccounts.disable(required(values, 'client-id')),
+  },
+}
+
+const list = (value: string) =>
+  value
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+
+function instant(value: string | boolean | undefined, name: string): Date | null {
+  if (value === undefined) return null
+  const date = new Date(String(value))
+  if (typeof value !== 'string' || Number.isNaN(date.getTime()))
+    throw new UsageError(`--${name} must be an ISO-8601 timestamp`)
+  return date
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i

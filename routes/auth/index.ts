@@ -1,16 +1,20 @@
 // The user session endpoints of spec 4.1: login, refresh, logout, logout-all and session management.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { SecuritySchemes } from '../../plugins/docs.ts'
 import { AppError, problemResponses } from '../../src/errors.ts'
 import { requireUser } from '../../src/principal.ts'
 import { enforceRateLimits } from '../../src/services/rate-limit.ts'
 import type { IssuedSession } from '../../src/services/sessions.ts'
 import { clearSessionCookies, setSessionCookies } from './cookies.ts'
-import { LoginRequest, NoContent, SessionItem, SessionParams, SessionResponse } from './schemas.ts'
-
-const PUBLIC: Record<string, string[]>[] = []
-const USER_SESSION = [{ [SecuritySchemes.accessCookie]: [] }]
+import {
+  LoginRequest,
+  NoContent,
+  ServiceTokenRequest,
+  ServiceTokenResponse,
+  SessionItem,
+  SessionParams,
+  SessionResponse,
+} from './schemas.ts'
 
 const sessionResponse = (session: IssuedSession) => ({
   userId: session.userId,
@@ -25,11 +29,11 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/api/auth/login',
     {
+      config: { public: true },
       schema: {
         tags: ['authentication'],
         operationId: 'login',
         summary: 'Sign in with email and password (and OTP code when enabled); sets the session cookies',
-        security: PUBLIC,
         body: LoginRequest,
         response: { 200: SessionResponse, ...problemResponses(401, 429) },
       },
@@ -59,6 +63,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/api/auth/refresh',
     {
+      config: { public: true },
       schema: {
         tags: ['authentication'],
         operationId: 'refresh',
@@ -66,7 +71,6 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         description:
           'Each refresh token is single use. Presenting a rotated token again revokes its whole session ' +
           '(401 REFRESH_TOKEN_REUSED). Clients serialise refreshes.',
-        security: PUBLIC,
         response: { 200: SessionResponse, ...problemResponses(401, 429, 503) },
       },
     },
@@ -86,13 +90,49 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
   )
 
   app.post(
+    '/api/auth/service-token',
+    {
+      config: { public: true },
+      schema: {
+        tags: ['service-accounts'],
+        operationId: 'serviceToken',
+        summary: 'Client-credentials grant for backends: a bearer token with the service audience',
+        body: ServiceTokenRequest,
+        response: { 200: ServiceTokenResponse, ...problemResponses(401, 429) },
+      },
+    },
+    async (request, reply) => {
+      const { clientId, clientSecret } = request.body
+      await enforceRateLimits(db, clock, [
+        {
+          key: `service-token:ip:${request.ip}`,
+          max: config.auth.rateLimit.loginPerMinute,
+          windowSeconds: 60,
+        },
+        {
+          key: `service-token:client:${clientId}`,
+          max: config.auth.rateLimit.loginPerMinute,
+          windowSeconds: 60,
+        },
+      ])
+      const issued = await app.serviceAccounts.issueToken(clientId, clientSecret)
+      reply.header('cache-control', 'no-store')
+      return {
+        accessToken: issued.token,
+        tokenType: 'Bearer' as const,
+        expiresInSeconds: issued.expiresInSeconds,
+      }
+    },
+  )
+
+  app.post(
     '/api/auth/logout',
     {
+      config: { public: true },
       schema: {
         tags: ['authentication'],
         operationId: 'logout',
         summary: 'Revoke the session of the presented refresh cookie and clear the cookies',
-        security: PUBLIC,
         response: { 204: NoContent },
       },
     },
@@ -110,7 +150,6 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['authentication'],
         operationId: 'logoutAll',
         summary: 'Revoke every session of the signed-in user',
-        security: USER_SESSION,
         response: { 204: NoContent, ...problemResponses(401, 403) },
       },
     },
@@ -129,7 +168,6 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['authentication'],
         operationId: 'listSessions',
         summary: "The signed-in user's active sessions",
-        security: USER_SESSION,
         response: { 200: Type.Array(SessionItem), ...problemResponses(401, 403) },
       },
     },
@@ -155,7 +193,6 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['authentication'],
         operationId: 'revokeSession',
         summary: "Revoke one of the signed-in user's sessions",
-        security: USER_SESSION,
         params: SessionParams,
         response: { 204: NoContent, ...problemResponses(401, 403, 404) },
       },

@@ -35,3 +35,17 @@ export const SessionItem = Type.Object({
 export const SessionParams = Type.Object({ sessionId: Uuid })
 
 export const NoContent = Type.Null({ description: 'No content' })
+
+export const ServiceTokenRequest = Type.Object(
+  {
+    clientId: Type.String({ minLength: 1, maxLength: 100 }),
+    clientSecret: Type.String({ minLength: 1, maxLength: 256 }),
+  },
+  { additionalProperties: false },
+)
+
+export const ServiceTokenResponse = Type.Object({
+  accessToken: Type.String({ description: 'Signed JWT (service audience); send as Authorization: Bearer' }),
+  tokenType: Type.Literal('Bearer'),
+  expiresInSeconds: Type.Integer({ description: 'The access-token lifetime in seconds' }),
+})

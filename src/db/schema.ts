@@ -59,12 +59,52 @@ export interface RateLimitTable {
   count: number
 }
 
+export interface ServiceAccountTable {
+  id: Generated<string>
+  client_id: string
+  secret_hash: string
+  scopes: string[]
+  description: string
+  active: Generated<boolean>
+  created_at: Timestamp
+  disabled_at: Timestamp | null
+}
+
+export interface ApiKeyTable {
+  id: Generated<string>
+  organization_id: string
+  key_prefix: string
+  key_hash: string
+  scopes: string[]
+  description: string
+  expires_at: Timestamp | null
+  revoked_at: Timestamp | null
+  last_used_at: Timestamp | null
+  created_at: Timestamp
+}
+
+export interface AuthzOutboxTable {
+  id: Generated<string>
+  operation: 'write' | 'delete'
+  subject: string
+  relation: string
+  object: string
+  created_at: Timestamp
+  attempts: Generated<number>
+  next_attempt_at: Timestamp
+  processed_at: Timestamp | null
+  last_error: string | null
+}
+
 export interface Database {
   organizations: OrganizationTable
   accounts: AccountTable
   sessions: SessionTable
   refresh_tokens: RefreshTokenTable
   rate_limits: RateLimitTable
+  service_accounts: ServiceAccountTable
+  api_keys: ApiKeyTable
+  authz_outbox: AuthzOutboxTable
 }
 
 /** Anything queries can run on: the pool-backed instance or an open transaction. */

@@ -1,4 +1,6 @@
 import type { Kysely } from 'kysely'
+import { enqueueTupleChanges } from '../authz/tuples.ts'
+import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import { inTransaction } from '../db/database.ts'
 import type { Database, Role } from '../db/schema.ts'
@@ -32,6 +34,16 @@ export function checkPasswordPolicy(config: Config, password: string): void {
   }
 }
 
+/** The tuple that makes an account `admin` or `member` of its organization (spec 2.12). */
+export function roleTuple(operation: 'write' | 'delete', account: Pick<AccountRow, 'id' | 'role' | 'organization_id'>) {
+  return {
+    operation,
+    subject: `user:${account.id}`,
+    relation: account.role,
+    object: `organization:${account.organization_id}`,
+  }
+}
+
 const isUniqueViolation = (error: unknown) => (error as { code?: string })?.code === '23505'
 
 export interface NewAccount {
@@ -44,7 +56,7 @@ export interface NewAccount {
 /** Creates an active account with a password (operations CLI, demo seed). */
 export async function createAccount(
   db: Kysely<Database>,
-  deps: { config: Config; passwords: PasswordHasher },
+  deps: { config: Config; passwords: PasswordHasher; clock: Clock },
   input: NewAccount,
 ): Promise<AccountRow> {
   const email = normalizeEmail(input.email)
@@ -55,13 +67,15 @@ export async function createAccount(
       if (!(await findOrganization(trx, input.organizationId))) {
         throw new AppError('NOT_FOUND', 'No such organization')
       }
-      return insertAccount(trx, {
+      const account = await insertAccount(trx, {
         organizationId: input.organizationId,
         email,
         passwordHash,
         role: input.role,
         active: true,
       })
+      await enqueueTupleChanges(trx, [roleTuple('write', account)], deps.clock.now())
+      return account
     })
   } catch (error) {
     if (isUniqueViolation(error))

@@ -1,0 +1,17 @@
+// The scopes a machine principal (API key, service account) can hold; each route names the one it
+// needs (decisions 5). Users are not scope-limited.
+export const SCOPES = [
+  'purchase_requests:read',
+  'purchase_requests:write',
+  'files:read',
+  'files:write',
+  'config:read',
+  'config:write',
+  'authz:check',
+] as const
+
+export type Scope = (typeof SCOPES)[number]
+
+export function isScope(value: string): value is Scope {
+  return (SCOPES as readonly string[]).includes(value)
+}
