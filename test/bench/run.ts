@@ -13,7 +13,7 @@ import { setTimeout as delay } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode } from '../helpers/process.ts'
-import { BENCH_USER, type Scenario, scenarios } from './scenarios.ts'
+import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
 
 const duration = Number(process.env.BENCH_DURATION ?? 5)
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
@@ -65,12 +65,12 @@ interface Row {
   statuses: string
 }
 
-async function measure(scenario: Scenario, baseUrl: string, pid: number): Promise<Row> {
+async function measure(scenario: Scenario, baseUrl: string, pid: number, seed: Seed): Promise<Row> {
   const options = async () => ({
     url: `${baseUrl}${scenario.path}`,
     method: scenario.method ?? 'GET',
     connections,
-    ...(await scenario.prepare?.(baseUrl)),
+    ...(await scenario.prepare?.(baseUrl, seed)),
   })
   await autocannon({ ...(await options()), duration: 1 }) // warm-up
   const measured = await options()
@@ -132,13 +132,26 @@ async function main() {
     appEnv,
   ).done
   if (user.code !== 0) throw new Error(`seeding the bench user failed: ${user.stderr}`)
+  const key = await runNode(
+    'src/cli.ts',
+    ['api-key', 'create', '--org', organizationId, '--scopes', 'files:read', '--description', 'bench'],
+    appEnv,
+  ).done
+  const client = await runNode(
+    'src/cli.ts',
+    ['service-account', 'create', '--client-id', 'bench', '--scopes', 'files:read', '--description', 'bench'],
+    appEnv,
+  ).done
+  const { rawKey } = JSON.parse(key.stdout) as { rawKey: string }
+  const { clientId, clientSecret } = JSON.parse(client.stdout) as { clientId: string; clientSecret: string }
+  const seed: Seed = { apiKey: rawKey, clientId, clientSecret }
   const bare = await start('test/bench/bare-server.ts', {})
   const app = await start('src/server.ts', appEnv)
   const rows: Row[] = []
   try {
     for (const scenario of scenarios) {
       const server = scenario.target === 'bare' ? bare : app
-      rows.push(await measure(scenario, server.url, server.child.pid as number))
+      rows.push(await measure(scenario, server.url, server.child.pid as number, seed))
     }
   } finally {
     bare.child.kill('SIGTERM')

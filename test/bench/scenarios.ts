@@ -8,7 +8,14 @@ export interface Scenario {
   method?: Options['method']
   expectStatus: number
   /** Preparation against the running service (log in, seed), run before each autocannon run. */
-  prepare?: (baseUrl: string) => Promise<Partial<Options>>
+  prepare?: (baseUrl: string, seed: Seed) => Promise<Partial<Options>>
+}
+
+/** What `npm run bench` created through the CLI before starting the service. */
+export interface Seed {
+  apiKey: string
+  clientId: string
+  clientSecret: string
 }
 
 /** The user `npm run bench` seeds (through the CLI) before starting the service. */
@@ -64,6 +71,30 @@ export const scenarios: Scenario[] = [
     path: '/api/auth/sessions',
     expectStatus: 200,
     prepare: async (baseUrl) => ({ headers: { cookie: `access_token=${(await login(baseUrl)).access}` } }),
+  },
+  {
+    // Until a scoped route exists, the machine principals are measured against a user-only route:
+    // the whole authentication runs (lookup, cache, principal) and the scope check answers 403.
+    name: 'API key → principal (403 INSUFFICIENT_SCOPE on a user-only route)',
+    target: 'app',
+    path: '/api/auth/sessions',
+    expectStatus: 403,
+    prepare: async (_baseUrl, seed) => ({ headers: { 'x-api-key': seed.apiKey } }),
+  },
+  {
+    name: 'Bearer service token → principal (403 INSUFFICIENT_SCOPE on a user-only route)',
+    target: 'app',
+    path: '/api/auth/sessions',
+    expectStatus: 403,
+    prepare: async (baseUrl, seed) => {
+      const res = await fetch(`${baseUrl}/api/auth/service-token`, {
+        method: 'POST',
+        headers: json,
+        body: JSON.stringify({ clientId: seed.clientId, clientSecret: seed.clientSecret }),
+      })
+      const { accessToken } = (await res.json()) as { accessToken: string }
+      return { headers: { authorization: `Bearer ${accessToken}` } }
+    },
   },
   {
     name: 'POST /api/auth/login (argon2id verify)',
