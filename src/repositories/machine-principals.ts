@@ -76,13 +76,19 @@ export function findApiKeyByHash(db: Executor, keyHash: string): Promise<ApiKeyR
   return db.selectFrom('api_keys').selectAll().where('key_hash', '=', keyHash).executeTakeFirst()
 }
 
+/** Revokes an active key; undefined when it does not exist or was already revoked. */
 export function revokeApiKey(trx: Tx, id: string, now: Date): Promise<ApiKeyRow | undefined> {
   return trx
     .updateTable('api_keys')
-    .set({ revoked_at: sql`coalesce(revoked_at, ${now})` })
+    .set({ revoked_at: now })
     .where('id', '=', id)
+    .where('revoked_at', 'is', null)
     .returningAll()
     .executeTakeFirst()
+}
+
+export function findApiKey(db: Executor, id: string): Promise<ApiKeyRow | undefined> {
+  return db.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst()
 }
 
 export function listApiKeys(db: Executor, organizationId: string): Promise<ApiKeyRow[]> {

@@ -11,6 +11,7 @@ import type { ApiKeyPrincipal, ServiceAccountPrincipal } from '../principal.ts'
 import {
   type ApiKeyRow,
   disableServiceAccount,
+  findApiKey,
   findApiKeyByHash,
   findServiceAccount,
   findServiceAccountByClientId,
@@ -213,7 +214,8 @@ export class ApiKeys {
     const now = clock.now()
     const row = await inTransaction(db, async (trx) => {
       const revoked = await revokeApiKey(trx, id, now)
-      if (!revoked) return undefined
+      // Revoking again is idempotent: same answer, and the tuple deletes are not queued twice.
+      if (!revoked) return findApiKey(trx, id)
       const tuples = ApiKeys.tuples({ id, organizationId: revoked.organization_id, scopes: revoked.scopes })
       await enqueueTupleChanges(
         trx,
