@@ -4,20 +4,27 @@ import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
 import Fastify, { type FastifyInstance, LogController } from 'fastify'
 import pino from 'pino'
+import accountsPlugin from '../plugins/accounts.ts'
 import authPlugin from '../plugins/auth.ts'
+import backgroundPlugin from '../plugins/background.ts'
 import configPlugin from '../plugins/config.ts'
 import dbPlugin from '../plugins/db.ts'
 import docsPlugin from '../plugins/docs.ts'
 import errorsPlugin from '../plugins/errors.ts'
 import healthPlugin from '../plugins/health.ts'
+import mailPlugin from '../plugins/mail.ts'
 import metricsPlugin from '../plugins/metrics.ts'
 import tenantPlugin from '../plugins/tenant.ts'
+import accountRoutes from '../routes/auth/account.ts'
 import authRoutes from '../routes/auth/index.ts'
+import usersRoutes from '../routes/users/index.ts'
 import { type Clock, systemClock } from './clock.ts'
 import type { Config } from './config.ts'
 import type { DatabaseHandle } from './db/database.ts'
 import { EventBus } from './events.ts'
 import { loggerOptions } from './logger.ts'
+import type { MailTransport } from './mail/transports.ts'
+import type { PasswordResetHandler } from './services/account-management.ts'
 import type { CredentialAuthenticator } from './services/authentication.ts'
 import type { SessionVersionProvider } from './services/session-version.ts'
 
@@ -35,6 +42,12 @@ export interface AppDependencies {
   sessionVersionProvider?: SessionVersionProvider
   /** In-process events (spec 6); subscribe with `events.on(...)` before or after building. */
   events?: EventBus
+  /** Extension point (spec 5.6): replaces the built-in password reset on the account table. */
+  passwordResetHandler?: PasswordResetHandler
+  /** A mail transport the caller owns (tests); otherwise SMTP or the embedded sink from config. */
+  mailTransport?: MailTransport
+  /** false: the mail outbox worker does not poll (CLI; tests drive `app.mail.worker.runOnce()`). */
+  startMailWorker?: boolean
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -118,15 +131,20 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(dbPlugin, deps.database ? { database: deps.database } : {})
   await app.register(metricsPlugin)
   await app.register(healthPlugin)
+  await app.register(backgroundPlugin)
+  await app.register(mailPlugin, { transport: deps.mailTransport, startWorker: deps.startMailWorker ?? true })
   await app.register(authPlugin, {
     events: deps.events ?? new EventBus(),
     authenticator: deps.authenticator,
     sessionVersionProvider: deps.sessionVersionProvider,
   })
+  await app.register(accountsPlugin, { passwordResetHandler: deps.passwordResetHandler })
   await app.register(tenantPlugin)
 
   // Routes.
   await app.register(authRoutes)
+  await app.register(accountRoutes)
+  await app.register(usersRoutes)
 
   return app
 }

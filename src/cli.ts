@@ -184,7 +184,12 @@ async function main(argv: string[]) {
   const source = await configSource()
   source['platform.datasource.migrate-on-start'] = String(command.migrateOnStart)
   const config = loadConfig(source)
-  const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'warn', logStream: process.stderr })
+  // Mail a command queues stays in the outbox for the server's worker to send.
+  const app = await buildApp(config, {
+    logLevel: process.env.LOG_LEVEL ?? 'warn',
+    logStream: process.stderr,
+    startMailWorker: false,
+  })
   try {
     await app.ready()
     const result = await command.run(app, values)

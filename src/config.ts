@@ -80,6 +80,8 @@ export const ConfigSchema = Type.Object({
     invitation: Type.Object({ ttl: Duration('7d') }),
     passwordReset: Type.Object({ ttl: Duration('1h') }),
     sessionVersion: Type.Object({ enabled: Type.Boolean({ default: false }) }),
+    // Opt-in: email a user who signs in from a device (User-Agent) the account has not used before.
+    newDeviceNotice: Type.Object({ enabled: Type.Boolean({ default: false }) }),
   }),
   datasource: Type.Object({
     url: Url(),

@@ -55,7 +55,11 @@ describe('OpenAPI document and interactive docs', () => {
   it.each([
     [
       'the production profile',
-      { 'platform.profile': 'production', 'platform.datasource.url': 'postgres://unused/db' },
+      {
+        'platform.profile': 'production',
+        'platform.datasource.url': 'postgres://unused/db',
+        'platform.mail.smtp.url': 'smtp://127.0.0.1:1',
+      },
     ],
     ['platform.docs.enabled=false', { 'platform.docs.enabled': 'false' }],
   ])('turns both off under %s', async (_case, config) => {

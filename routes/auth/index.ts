@@ -51,10 +51,9 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
       ])
       const user = await app.authenticator.authenticate({ username, password, otpCode })
       if (!user) throw new AppError('INVALID_CREDENTIALS', 'The email or password is not correct')
-      const session = await app.sessions.start(user, {
-        userAgent: request.headers['user-agent'] ?? null,
-        ipAddress: request.ip,
-      })
+      const client = { userAgent: request.headers['user-agent'] ?? null, ipAddress: request.ip }
+      const session = await app.sessions.start(user, client)
+      app.background.run('new-device-check', () => app.accounts.onLogin(user.userId, client))
       setSessionCookies(reply, config, session, clock.now())
       return sessionResponse(session)
     },

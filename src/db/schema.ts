@@ -1,4 +1,5 @@
 import type { ColumnType, Generated, Kysely, Transaction } from 'kysely'
+import type { MailOutboxTable } from '../mail/schema.ts'
 
 // One interface per table, assembled into `Database`. SQL is snake_case; the API maps to
 // camelCase next to each route.
@@ -96,6 +97,33 @@ export interface AuthzOutboxTable {
   last_error: string | null
 }
 
+export type OneTimeTokenPurpose = 'INVITATION' | 'PASSWORD_RESET'
+
+export interface OneTimeTokenTable {
+  id: Generated<string>
+  account_id: string
+  purpose: OneTimeTokenPurpose
+  token_hash: string
+  created_at: Timestamp
+  expires_at: Timestamp
+  used_at: Timestamp | null
+}
+
+export interface OtpBackupCodeTable {
+  id: Generated<string>
+  account_id: string
+  code_hash: string
+  created_at: Timestamp
+  used_at: Timestamp | null
+}
+
+export interface KnownDeviceTable {
+  account_id: string
+  device_hash: string
+  first_seen_at: Timestamp
+  last_seen_at: Timestamp
+}
+
 export interface Database {
   organizations: OrganizationTable
   accounts: AccountTable
@@ -105,6 +133,10 @@ export interface Database {
   service_accounts: ServiceAccountTable
   api_keys: ApiKeyTable
   authz_outbox: AuthzOutboxTable
+  mail_outbox: MailOutboxTable
+  one_time_tokens: OneTimeTokenTable
+  otp_backup_codes: OtpBackupCodeTable
+  known_devices: KnownDeviceTable
 }
 
 /** Anything queries can run on: the pool-backed instance or an open transaction. */

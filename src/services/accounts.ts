@@ -35,7 +35,10 @@ export function checkPasswordPolicy(config: Config, password: string): void {
 }
 
 /** The tuple that makes an account `admin` or `member` of its organization (spec 2.12). */
-export function roleTuple(operation: 'write' | 'delete', account: Pick<AccountRow, 'id' | 'role' | 'organization_id'>) {
+export function roleTuple(
+  operation: 'write' | 'delete',
+  account: Pick<AccountRow, 'id' | 'role' | 'organization_id'>,
+) {
   return {
     operation,
     subject: `user:${account.id}`,

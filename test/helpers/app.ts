@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll } from 'vitest'
-import { buildApp } from '../../src/app.ts'
+import { type AppDependencies, buildApp } from '../../src/app.ts'
 import type { Clock } from '../../src/clock.ts'
 import { type Config, type ConfigSource, loadConfig } from '../../src/config.ts'
 import { TestClock } from './clock.ts'
@@ -40,6 +40,8 @@ export interface TestApp {
 
 export interface TestAppOptions {
   config?: ConfigSource
+  /** Further dependencies (extension points, a mail transport, the worker switch). */
+  deps?: Omit<AppDependencies, 'database' | 'clock' | 'logStream' | 'logLevel'>
   clock?: Clock
   /** Share a database between apps (two instances on one database). */
   database?: TestDatabase
@@ -53,7 +55,15 @@ export async function createTestApp(options: TestAppOptions = {}): Promise<TestA
   const config = testConfig({ 'platform.datasource.migrate-on-start': 'false', ...options.config })
   const clock = (options.clock as TestClock | undefined) ?? new TestClock()
   const logs = new LogCapture()
-  const app = await buildApp(config, { database: database.handle, clock, logStream: logs, logLevel: 'info' })
+  // The mail worker does not poll in tests: they deliver with `app.mail.worker.runOnce()`.
+  const app = await buildApp(config, {
+    startMailWorker: false,
+    ...options.deps,
+    database: database.handle,
+    clock,
+    logStream: logs,
+    logLevel: 'info',
+  })
   await options.configure?.(app)
   await app.ready()
   return {

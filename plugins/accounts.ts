@@ -1,0 +1,39 @@
+// Decorates account management (`app.accounts`), the password-reset handler (`app.passwordReset`)
+// and the TOTP second factor (`app.otp`), and plugs the second factor into the built-in
+// authenticator; needs auth (passwords, authenticator) and mail (the outbox the emails go to).
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { decodeJwtSecret } from '../src/config.ts'
+import { AccountManagement, type PasswordResetHandler } from '../src/services/account-management.ts'
+import { OtpService } from '../src/services/otp.ts'
+import { SecretBox } from '../src/services/secret-box.ts'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    accounts: AccountManagement
+    passwordReset: PasswordResetHandler
+    otp: OtpService
+  }
+}
+
+export interface AccountsPluginOptions {
+  /** Extension point (spec 5.6): replaces the built-in reset on the account table. */
+  passwordResetHandler?: PasswordResetHandler | undefined
+}
+
+async function accountsPlugin(app: FastifyInstance, options: AccountsPluginOptions) {
+  const { db, clock, config, passwords } = app
+  const accounts = new AccountManagement({ db, clock, config, passwords })
+  const box = new SecretBox(decodeJwtSecret(config.auth.jwt.secret), 'otp-secret-encryption')
+  const otp = new OtpService({ db, clock, config, box })
+  app.accountAuthenticator.useSecondFactor((accountId, otpCode) => otp.verifyAtLogin(accountId, otpCode))
+  app.decorate('accounts', accounts)
+  app.decorate('passwordReset', options.passwordResetHandler ?? accounts)
+  app.decorate('otp', otp)
+}
+
+export default fp(accountsPlugin, {
+  name: 'accounts',
+  fastify: '5.x',
+  dependencies: ['auth', 'mail', 'background'],
+})

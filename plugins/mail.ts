@@ -1,0 +1,54 @@
+// Decorates `app.mail` (enqueue into the outbox, the delivery worker, the transport, the template
+// registry); needs config and db. The worker starts when the app is ready and stops on close.
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { enqueueMail, MailOutboxWorker } from '../src/mail/outbox.ts'
+import { MailTemplates } from '../src/mail/templates.ts'
+import { createMailTransport, type MailTransport } from '../src/mail/transports.ts'
+
+export interface Mail {
+  /** Writes a message to the outbox in the caller's transaction (`enqueueMail`). */
+  enqueue: typeof enqueueMail
+  worker: MailOutboxWorker
+  transport: MailTransport
+  /** Features install send-time subject resolvers here (`templates.resolveSubject`). */
+  templates: MailTemplates
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    mail: Mail
+  }
+}
+
+export interface MailPluginOptions {
+  /** A transport owned by the caller (tests); the app then does not close it. */
+  transport?: MailTransport
+  /** false: no polling; the caller drives `app.mail.worker.runOnce()` (tests, one-shot CLI commands). */
+  startWorker?: boolean
+}
+
+async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
+  const owned = options.transport === undefined
+  const transport = options.transport ?? createMailTransport(app.config, app.log)
+  const templates = new MailTemplates()
+  const worker = new MailOutboxWorker({
+    db: app.db,
+    transport,
+    clock: app.clock,
+    from: app.config.mail.from,
+    log: app.log.child({ component: 'mail' }),
+    templates,
+  })
+  app.decorate('mail', { enqueue: enqueueMail, worker, transport, templates })
+
+  if (options.startWorker !== false) {
+    app.addHook('onReady', async () => worker.start())
+  }
+  app.addHook('onClose', async () => {
+    await worker.stop()
+    if (owned) await transport.close()
+  })
+}
+
+export default fp(mailPlugin, { name: 'mail', fastify: '5.x', dependencies: ['config', 'db'] })

@@ -1,0 +1,128 @@
+// Self-service account endpoints: password reset (spec 4.1 rule 1) and the TOTP second factor.
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import { problemResponses } from '../../src/errors.ts'
+import { requireUser } from '../../src/principal.ts'
+import { enforceRateLimits } from '../../src/services/rate-limit.ts'
+
+const Empty = Type.Object({}, { additionalProperties: false })
+
+const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { config, clock, db } = app
+
+  app.post(
+    '/api/auth/password-reset/request',
+    {
+      config: { public: true },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'requestPasswordReset',
+        summary: 'Email a reset link; answers 202 whether or not the account exists',
+        body: Type.Object(
+          { email: Type.String({ minLength: 1, maxLength: 320 }) },
+          { additionalProperties: false },
+        ),
+        response: { 202: Empty, ...problemResponses(429) },
+      },
+    },
+    async (request, reply) => {
+      const email = request.body.email.trim().toLowerCase()
+      await enforceRateLimits(db, clock, [
+        { key: `reset:ip:${request.ip}`, max: config.auth.rateLimit.loginPerMinute, windowSeconds: 60 },
+        { key: `reset:account:${email}`, max: config.auth.rateLimit.resetPerHour, windowSeconds: 3600 },
+      ])
+      // The lookup and the email happen after the response, so its timing says nothing about
+      // whether the account exists.
+      app.background.run('password-reset-request', () => app.passwordReset.request(email))
+      return reply.code(202).send({})
+    },
+  )
+
+  app.post(
+    '/api/auth/password-reset/confirm',
+    {
+      config: { public: true },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'confirmPasswordReset',
+        summary: 'Set a new password with the token of an invitation or reset link',
+        body: Type.Object(
+          {
+            token: Type.String({ minLength: 1, maxLength: 200 }),
+            newPassword: Type.String({ minLength: 1, maxLength: 1024 }),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: Empty, ...problemResponses(400) },
+      },
+    },
+    async (request) => {
+      await app.passwordReset.confirm(request.body.token, request.body.newPassword)
+      return {}
+    },
+  )
+
+  app.post(
+    '/api/auth/otp/setup',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'setupOtp',
+        summary: 'Generate a TOTP secret (not active until enabled with a valid code)',
+        response: {
+          200: Type.Object({
+            secret: Type.String({ description: 'Base32 secret, for manual entry' }),
+            otpauthUri: Type.String(),
+            qrCodeSvg: Type.String({ description: 'The otpauth URI as an SVG QR code' }),
+          }),
+          ...problemResponses(401, 403, 404, 409),
+        },
+      },
+    },
+    async (request, reply) => {
+      reply.header('cache-control', 'no-store')
+      return app.otp.setup(requireUser(request).userId)
+    },
+  )
+
+  app.post(
+    '/api/auth/otp/enable',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'enableOtp',
+        summary: 'Turn the second factor on with a valid code; returns 10 single-use backup codes once',
+        body: Type.Object(
+          { code: Type.String({ minLength: 1, maxLength: 16 }) },
+          { additionalProperties: false },
+        ),
+        response: {
+          200: Type.Object({ backupCodes: Type.Array(Type.String(), { minItems: 10, maxItems: 10 }) }),
+          ...problemResponses(400, 401, 403, 404, 409),
+        },
+      },
+    },
+    async (request, reply) => {
+      reply.header('cache-control', 'no-store')
+      return app.otp.enable(requireUser(request).userId, request.body.code)
+    },
+  )
+
+  app.post(
+    '/api/auth/otp/disable',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'disableOtp',
+        summary: 'Turn the second factor off (403 OTP_REQUIRED_FOR_ROLE for roles that require it)',
+        response: { 200: Empty, ...problemResponses(401, 403, 404, 409) },
+      },
+    },
+    async (request) => {
+      await app.otp.disable(requireUser(request).userId)
+      return {}
+    },
+  )
+}
+
+export default accountRoutes

@@ -1,0 +1,86 @@
+// Account administration by organization admins (spec 4.1, 5.5 rule 2): invite, deactivate,
+// reactivate, admin-triggered password reset. Checked against the account table, not the
+// authorization server.
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { problemResponses } from '../../src/errors.ts'
+import { requireUser } from '../../src/principal.ts'
+import { enforceRateLimits } from '../../src/services/rate-limit.ts'
+import { Empty, InviteUserRequest, UserIdResponse, UserParams, UserStateResponse } from './schemas.ts'
+
+const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const { config, clock, db } = app
+
+  app.post(
+    '/api/users',
+    {
+      schema: {
+        tags: ['users'],
+        operationId: 'inviteUser',
+        summary: 'Invite a user to the organization: creates the account and emails a single-use link',
+        body: InviteUserRequest,
+        response: { 202: UserIdResponse, ...problemResponses(401, 403, 409, 429) },
+      },
+    },
+    async (request, reply) => {
+      const caller = requireUser(request)
+      await enforceRateLimits(db, clock, [
+        { key: `invite:ip:${request.ip}`, max: config.auth.rateLimit.loginPerMinute, windowSeconds: 60 },
+        {
+          key: `invite:email:${request.body.email.trim().toLowerCase()}`,
+          max: config.auth.rateLimit.resetPerHour,
+          windowSeconds: 3600,
+        },
+      ])
+      const { email, organizationId, role = 'member' } = request.body
+      const result = await app.accounts.invite(caller, { email, organizationId, role })
+      return reply.code(202).send(result)
+    },
+  )
+
+  app.post(
+    '/api/users/:id/deactivate',
+    {
+      schema: {
+        tags: ['users'],
+        operationId: 'deactivateUser',
+        summary: "Deactivate an account of the admin's organization (never deleted); revokes its sessions",
+        params: UserParams,
+        response: { 200: UserStateResponse, ...problemResponses(401, 403, 404, 409) },
+      },
+    },
+    async (request) => app.accounts.deactivate(requireUser(request), request.params.id),
+  )
+
+  app.post(
+    '/api/users/:id/reactivate',
+    {
+      schema: {
+        tags: ['users'],
+        operationId: 'reactivateUser',
+        summary: "Reactivate a deactivated account of the admin's organization",
+        params: UserParams,
+        response: { 200: UserStateResponse, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request) => app.accounts.reactivate(requireUser(request), request.params.id),
+  )
+
+  app.post(
+    '/api/users/:id/reset-password',
+    {
+      schema: {
+        tags: ['users'],
+        operationId: 'adminResetPassword',
+        summary: 'Email the user a password-reset link',
+        params: UserParams,
+        response: { 202: Empty, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request, reply) => {
+      await app.accounts.adminReset(requireUser(request), request.params.id)
+      return reply.code(202).send({})
+    },
+  )
+}
+
+export default usersRoutes

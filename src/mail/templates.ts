@@ -1,0 +1,229 @@
+import type { Kysely } from 'kysely'
+import type { Database } from '../db/schema.ts'
+
+// The emails the service sends, rendered at send time (by the outbox worker) from the template
+// name and data stored in the outbox row. Values are HTML-escaped in the HTML part; subjects never
+// contain CR or LF, so no value can add a header.
+
+/** The data each template needs, as stored in `mail_outbox.data` (JSON). */
+export interface MailTemplateData {
+  invitation: { link: string; organizationName?: string }
+  password_reset: { link: string }
+  password_changed: Record<string, never>
+  otp_enabled: Record<string, never>
+  otp_disabled: Record<string, never>
+  /** `at` is an ISO-8601 instant. */
+  new_device_login: { userAgent: string; ipAddress: string; at: string }
+  /** `subject` is the fallback when no subject resolver is installed or it yields nothing. */
+  purchase_request_approved: { title: string; subject?: string }
+}
+
+export type MailTemplateName = keyof MailTemplateData
+
+export interface RenderedMail {
+  subject: string
+  text: string
+  html: string
+}
+
+/** What a subject resolver may consult at send time. */
+export interface SubjectContext<K extends MailTemplateName> {
+  data: MailTemplateData[K]
+  db: Kysely<Database>
+  organizationId: string | null
+  /** The template's own subject, for resolvers that only sometimes override it. */
+  defaultSubject: string
+}
+
+/**
+ * Produces a template's subject at send time, e.g. from the organization's configuration.
+ * Returning null, undefined or a blank string keeps the default subject.
+ */
+export type SubjectResolver<K extends MailTemplateName> = (
+  context: SubjectContext<K>,
+) => Promise<string | null | undefined> | string | null | undefined
+
+export interface RenderContext {
+  db: Kysely<Database>
+  organizationId: string | null
+}
+
+interface TemplateDefinition<D> {
+  subject(data: D): string
+  text(data: D): string
+  /** The inner HTML; values must be interpolated through `html`. */
+  body(data: D): SafeHtml
+}
+
+/** A template name that is not in the registry (an outbox row written by a newer or older version). */
+export class UnknownTemplateError extends Error {
+  constructor(template: string) {
+    super(`Unknown mail template '${template}'`)
+    this.name = 'UnknownTemplateError'
+  }
+}
+
+const HTML_ESCAPES: Record<string, string> = {
+  '&': '&amp;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '"': '&quot;',
+  "'": '&#39;',
+}
+
+export function escapeHtml(value: unknown): string {
+  return String(value).replace(/[&<>"']/g, (ch) => HTML_ESCAPES[ch] ?? ch)
+}
+
+/** Markup already escaped; only `html` produces it. */
+export interface SafeHtml {
+  readonly markup: string
+}
+
+/** A tagged template that escapes every interpolated value unless it is itself `SafeHtml`. */
+export function html(strings: TemplateStringsArray, ...values: unknown[]): SafeHtml {
+  let markup = strings[0] ?? ''
+  values.forEach((value, i) => {
+    const escaped =
+      typeof value === 'object' && value !== null && 'markup' in value
+        ? (value as SafeHtml).markup
+        : escapeHtml(value)
+    markup += escaped + (strings[i + 1] ?? '')
+  })
+  return { markup }
+}
+
+/** Subjects are one header line: CR and LF are replaced by a space, so a value can never add a header. */
+export function cleanSubject(subject: string): string {
+  return subject
+    .replace(/[\r\n]+/g, ' ')
+    .replace(/\s{2,}/g, ' ')
+    .trim()
+}
+
+function layout(body: SafeHtml): string {
+  return html`<!doctype html>
+<html><head><meta charset="utf-8"></head>
+<body style="font-family: sans-serif; line-height: 1.5">
+${body}
+</body></html>`.markup
+}
+
+const SECURITY_FOOTER = 'If this was not you, change your password and contact your administrator.'
+
+const TEMPLATES: { [K in MailTemplateName]: TemplateDefinition<MailTemplateData[K]> } = {
+  invitation: {
+    subject: (d) => (d.organizationName ? `You are invited to ${d.organizationName}` : 'You are invited'),
+    text: (d) =>
+      [
+        d.organizationName ? `You have been invited to ${d.organizationName}.` : 'You have been invited.',
+        '',
+        'Set your password to accept the invitation:',
+        d.link,
+        '',
+        'The link can be used once. If you did not expect this invitation, ignore this email.',
+      ].join('\n'),
+    body: (d) =>
+      html`<p>${d.organizationName ? html`You have been invited to <strong>${d.organizationName}</strong>.` : 'You have been invited.'}</p>
+<p><a href="${d.link}">Set your password to accept the invitation</a></p>
+<p>The link can be used once. If you did not expect this invitation, ignore this email.</p>`,
+  },
+  password_reset: {
+    subject: () => 'Reset your password',
+    text: (d) =>
+      [
+        'Someone asked to reset the password of your account.',
+        '',
+        'Choose a new password:',
+        d.link,
+        '',
+        'The link can be used once and expires soon. If you did not ask for this, ignore this email.',
+      ].join('\n'),
+    body: (d) =>
+      html`<p>Someone asked to reset the password of your account.</p>
+<p><a href="${d.link}">Choose a new password</a></p>
+<p>The link can be used once and expires soon. If you did not ask for this, ignore this email.</p>`,
+  },
+  password_changed: {
+    subject: () => 'Your password was changed',
+    text: () => ['The password of your account was changed.', '', SECURITY_FOOTER].join('\n'),
+    body: () => html`<p>The password of your account was changed.</p>
+<p>${SECURITY_FOOTER}</p>`,
+  },
+  otp_enabled: {
+    subject: () => 'Two-factor authentication enabled',
+    text: () => ['Two-factor authentication was enabled on your account.', '', SECURITY_FOOTER].join('\n'),
+    body: () => html`<p>Two-factor authentication was enabled on your account.</p>
+<p>${SECURITY_FOOTER}</p>`,
+  },
+  otp_disabled: {
+    subject: () => 'Two-factor authentication disabled',
+    text: () => ['Two-factor authentication was disabled on your account.', '', SECURITY_FOOTER].join('\n'),
+    body: () => html`<p>Two-factor authentication was disabled on your account.</p>
+<p>${SECURITY_FOOTER}</p>`,
+  },
+  new_device_login: {
+    subject: () => 'New sign-in to your account',
+    text: (d) =>
+      [
+        'Your account was signed in to from a new device.',
+        '',
+        `Device: ${d.userAgent}`,
+        `IP address: ${d.ipAddress}`,
+        `Time: ${d.at}`,
+        '',
+        SECURITY_FOOTER,
+      ].join('\n'),
+    body: (d) =>
+      html`<p>Your account was signed in to from a new device.</p>
+<ul>
+<li>Device: ${d.userAgent}</li>
+<li>IP address: ${d.ipAddress}</li>
+<li>Time: ${d.at}</li>
+</ul>
+<p>${SECURITY_FOOTER}</p>`,
+  },
+  purchase_request_approved: {
+    subject: (d) => d.subject?.trim() || `Purchase request approved: ${d.title}`,
+    text: (d) => `Your purchase request "${d.title}" was approved.`,
+    body: (d) => html`<p>Your purchase request <strong>${d.title}</strong> was approved.</p>`,
+  },
+}
+
+export const MAIL_TEMPLATE_NAMES = Object.keys(TEMPLATES) as MailTemplateName[]
+
+export function isMailTemplateName(name: string): name is MailTemplateName {
+  return Object.hasOwn(TEMPLATES, name)
+}
+
+/**
+ * The registry the worker renders with. One per app (no module state): a feature that computes a
+ * subject at send time installs its resolver with `resolveSubject` when it registers.
+ */
+export class MailTemplates {
+  readonly #resolvers = new Map<MailTemplateName, SubjectResolver<MailTemplateName>>()
+
+  resolveSubject<K extends MailTemplateName>(template: K, resolver: SubjectResolver<K>): void {
+    this.#resolvers.set(template, resolver as unknown as SubjectResolver<MailTemplateName>)
+  }
+
+  async render<K extends MailTemplateName>(
+    template: K,
+    data: MailTemplateData[K],
+    context: RenderContext,
+  ): Promise<RenderedMail> {
+    const definition = TEMPLATES[template] as TemplateDefinition<MailTemplateData[K]>
+    const defaultSubject = definition.subject(data)
+    const resolver = this.#resolvers.get(template) as SubjectResolver<K> | undefined
+    const resolved = resolver ? await resolver({ data, defaultSubject, ...context }) : undefined
+    const subject = cleanSubject(resolved?.trim() ? resolved : defaultSubject)
+    return { subject, text: definition.text(data), html: layout(definition.body(data)) }
+  }
+
+  /** Renders a stored row: the name and data come from the database, not from typed code. */
+  renderStored(template: string, data: unknown, context: RenderContext): Promise<RenderedMail> {
+    if (!isMailTemplateName(template)) throw new UnknownTemplateError(template)
+    const stored = typeof data === 'object' && data !== null ? data : {}
+    return this.render(template, stored as MailTemplateData[typeof template], context)
+  }
+}

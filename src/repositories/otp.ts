@@ -1,0 +1,96 @@
+import { sql } from 'kysely'
+import type { Executor, Tx } from '../db/schema.ts'
+
+export async function storeOtpSecret(
+  db: Executor,
+  accountId: string,
+  encryptedSecret: string,
+  now: Date,
+): Promise<void> {
+  await db
+    .updateTable('accounts')
+    .set({ otp_secret: encryptedSecret, otp_enabled: false, otp_last_step: null, updated_at: now })
+    .where('id', '=', accountId)
+    .execute()
+}
+
+/** Records an accepted TOTP step unless it (or a later one) was already used: no replay. */
+export async function claimOtpStep(db: Executor, accountId: string, step: number): Promise<boolean> {
+  const row = await db
+    .updateTable('accounts')
+    .set({ otp_last_step: String(step) })
+    .where('id', '=', accountId)
+    .where((eb) => eb.or([eb('otp_last_step', 'is', null), eb('otp_last_step', '<', String(step))]))
+    .returning('id')
+    .executeTakeFirst()
+  return row !== undefined
+}
+
+export async function setOtpEnabled(trx: Tx, accountId: string, enabled: boolean, now: Date): Promise<void> {
+  await trx
+    .updateTable('accounts')
+    .set(
+      enabled
+        ? { otp_enabled: true, updated_at: now }
+        : { otp_enabled: false, otp_secret: null, otp_last_step: null, updated_at: now },
+    )
+    .where('id', '=', accountId)
+    .execute()
+}
+
+export async function replaceBackupCodes(
+  trx: Tx,
+  accountId: string,
+  codeHashes: string[],
+  now: Date,
+): Promise<void> {
+  await trx.deleteFrom('otp_backup_codes').where('account_id', '=', accountId).execute()
+  if (codeHashes.length === 0) return
+  await trx
+    .insertInto('otp_backup_codes')
+    .values(codeHashes.map((code_hash) => ({ account_id: accountId, code_hash, created_at: now })))
+    .execute()
+}
+
+/** Uses a backup code atomically; true when it existed and was unused. */
+export async function consumeBackupCode(
+  db: Executor,
+  accountId: string,
+  codeHash: string,
+  now: Date,
+): Promise<boolean> {
+  const row = await db
+    .updateTable('otp_backup_codes')
+    .set({ used_at: now })
+    .where('account_id', '=', accountId)
+    .where('code_hash', '=', codeHash)
+    .where('used_at', 'is', null)
+    .returning('id')
+    .executeTakeFirst()
+  return row !== undefined
+}
+
+/** Records a device; true when it had not been seen before for this account. */
+export async function recordDevice(
+  db: Executor,
+  accountId: string,
+  deviceHash: string,
+  now: Date,
+): Promise<boolean> {
+  const row = await db
+    .insertInto('known_devices')
+    .values({ account_id: accountId, device_hash: deviceHash, first_seen_at: now, last_seen_at: now })
+    .onConflict((oc) => oc.columns(['account_id', 'device_hash']).doUpdateSet({ last_seen_at: now }))
+    .returning(sql<boolean>`(xmax = 0)`.as('inserted'))
+    .executeTakeFirstOrThrow()
+  return row.inserted
+}
+
+export async function countDevices(db: Executor, accountId: string): Promise<number> {
+  const row = await db
+    .selectFrom('known_devices')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('account_id', '=', accountId)
+    .executeTakeFirstOrThrow()
+  return Number(row.n)
+}
