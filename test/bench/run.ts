@@ -110,6 +110,7 @@ async function main() {
     // The limits would otherwise stop the login and refresh scenarios after a few requests.
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
+    PLATFORM_AUTH_RATE_LIMIT_RESET_PER_HOUR: '1000000000',
     ...(serverUrl ? { PLATFORM_DATASOURCE_URL: databaseUrl(serverUrl, benchDb) } : {}),
   }
   // Seed the bench user through the operations CLI, before the service holds the database.

@@ -116,6 +116,22 @@ export const scenarios: Scenario[] = [
     }),
   },
   {
+    name: 'POST /api/auth/password-reset/request, existing account (202)',
+    target: 'app',
+    path: '/api/auth/password-reset/request',
+    method: 'POST',
+    expectStatus: 202,
+    prepare: async () => ({ headers: json, body: JSON.stringify({ email: BENCH_USER.email }) }),
+  },
+  {
+    name: 'POST /api/auth/password-reset/request, unknown address (202)',
+    target: 'app',
+    path: '/api/auth/password-reset/request',
+    method: 'POST',
+    expectStatus: 202,
+    prepare: async () => ({ headers: json, body: JSON.stringify({ email: 'nobody@example.test' }) }),
+  },
+  {
     // Refresh tokens are single use: every request takes an unused token from a pool and its
     // response puts the successor back (autocannon resets per-request context, so the pool is shared).
     name: 'POST /api/auth/refresh (rotation)',
