@@ -53,10 +53,17 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
           },
           { additionalProperties: false },
         ),
-        response: { 200: Empty, ...problemResponses(400) },
+        response: { 200: Empty, ...problemResponses(400, 429) },
       },
     },
     async (request) => {
+      await enforceRateLimits(db, clock, [
+        {
+          key: `reset-confirm:ip:${request.ip}`,
+          max: config.auth.rateLimit.loginPerMinute,
+          windowSeconds: 60,
+        },
+      ])
       await app.passwordReset.confirm(request.body.token, request.body.newPassword)
       return {}
     },

@@ -16,6 +16,7 @@ import {
 } from '../repositories/accounts.ts'
 import {
   consumeOneTimeToken,
+  findOneTimeToken,
   insertOneTimeToken,
   retireOneTimeTokens,
 } from '../repositories/one-time-tokens.ts'
@@ -105,15 +106,14 @@ export class AccountManagement implements PasswordResetHandler {
   }
 
   /** A target account of the admin's organization; others are 404, as if they did not exist. */
-  async #target(trx: Tx, admin: AccountRow, userId: string): Promise<AccountRow> {
+  async #target(trx: Tx, organizationId: string, userId: string): Promise<AccountRow> {
     const target = await trx
       .selectFrom('accounts')
       .selectAll()
       .where('id', '=', userId)
       .forUpdate()
       .executeTakeFirst()
-    if (!target || target.organization_id !== admin.organization_id)
-      throw new AppError('NOT_FOUND', 'No such user')
+    if (!target || target.organization_id !== organizationId) throw new AppError('NOT_FOUND', 'No such user')
     return target
   }
 
@@ -154,23 +154,26 @@ export class AccountManagement implements PasswordResetHandler {
   async deactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
     const { db, clock } = this.#deps
     const now = clock.now()
+    // A member is refused before anything is locked or revealed.
+    await this.#admin(db, caller)
     return inTransaction(db, async (trx) => {
-      const admin = await this.#admin(trx, caller)
-      // Lock the organization's active admins, so two admins cannot deactivate each other at once.
+      // Lock the organization's active admins first, so two admins deactivating each other are
+      // serialised: the second sees the first change and gets LAST_ADMIN.
       const admins = await trx
         .selectFrom('accounts')
         .select('id')
-        .where('organization_id', '=', admin.organization_id)
+        .where('organization_id', '=', caller.organizationId)
         .where('role', '=', 'admin')
         .where('active', '=', true)
         .orderBy('id')
         .forUpdate()
         .execute()
-      const target = await this.#target(trx, admin, userId)
-      if (!target.active) return { userId, active: false }
-      if (target.role === 'admin' && admins.length <= 1) {
+      const target = await this.#target(trx, caller.organizationId, userId)
+      if (target.active && target.role === 'admin' && admins.length <= 1) {
         throw new AppError('LAST_ADMIN', "The organization's last active admin cannot be deactivated")
       }
+      await this.#admin(trx, caller)
+      if (!target.active) return { userId, active: false }
       await trx
         .updateTable('accounts')
         .set({ active: false, updated_at: now })
@@ -188,7 +191,7 @@ export class AccountManagement implements PasswordResetHandler {
     const now = clock.now()
     return inTransaction(db, async (trx) => {
       const admin = await this.#admin(trx, caller)
-      const target = await this.#target(trx, admin, userId)
+      const target = await this.#target(trx, admin.organization_id, userId)
       if (target.active) return { userId, active: true }
       await trx
         .updateTable('accounts')
@@ -200,13 +203,19 @@ export class AccountManagement implements PasswordResetHandler {
     })
   }
 
-  /** Admin-triggered reset (POST /api/users/{id}/reset-password): mails the user a reset link. */
+  /**
+   * Admin-triggered reset (POST /api/users/{id}/reset-password): mails the user a reset link. For
+   * an invited account that has not set a password yet it sends a fresh invitation instead (the
+   * way to resend one); a deactivated account gets nothing, since a reset would not bring it back.
+   */
   async adminReset(caller: UserPrincipal, userId: string): Promise<void> {
     const { db, clock } = this.#deps
     await inTransaction(db, async (trx) => {
       const admin = await this.#admin(trx, caller)
-      const target = await this.#target(trx, admin, userId)
-      await this.#sendToken(trx, target, 'PASSWORD_RESET', clock.now())
+      const target = await this.#target(trx, admin.organization_id, userId)
+      if (target.active) return this.#sendToken(trx, target, 'PASSWORD_RESET', clock.now())
+      if (PasswordHasher.isUnusable(target.password_hash))
+        return this.#sendToken(trx, target, 'INVITATION', clock.now())
     })
   }
 
@@ -225,8 +234,13 @@ export class AccountManagement implements PasswordResetHandler {
   async confirm(token: string, newPassword: string): Promise<void> {
     const { db, clock, config, passwords } = this.#deps
     checkPasswordPolicy(config, newPassword)
-    const passwordHash = await passwords.hash(newPassword)
     const now = clock.now()
+    // A made-up token is refused before any password is hashed; the token is used atomically below.
+    const peek = await findOneTimeToken(db, sha256(token))
+    if (!peek || peek.used_at || peek.expires_at <= now) {
+      throw new AppError('INVALID_TOKEN', 'The link is invalid, expired or already used')
+    }
+    const passwordHash = await passwords.hash(newPassword)
     await inTransaction(db, async (trx) => {
       const used = await consumeOneTimeToken(trx, sha256(token), now)
       if (!used) throw new AppError('INVALID_TOKEN', 'The link is invalid, expired or already used')

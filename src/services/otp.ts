@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto'
+import { randomInt } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { Secret, TOTP } from 'otpauth'
 import QRCode from 'qrcode'
@@ -35,8 +35,7 @@ export interface OtpServiceDeps {
 
 /** A backup code: 10 characters from an unambiguous alphabet (≈ 49 bits), shown as xxxxx-xxxxx. */
 function newBackupCode(): string {
-  const bytes = randomBytes(10)
-  const chars = [...bytes].map((b) => BACKUP_ALPHABET[b % BACKUP_ALPHABET.length]).join('')
+  const chars = Array.from({ length: 10 }, () => BACKUP_ALPHABET[randomInt(BACKUP_ALPHABET.length)]).join('')
   return `${chars.slice(0, 5)}-${chars.slice(5)}`
 }
 

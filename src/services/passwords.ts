@@ -3,6 +3,7 @@ import { hash, verify } from '@node-rs/argon2'
 
 // `Algorithm.Argon2id` of @node-rs/argon2, a const enum that type stripping cannot inline.
 const ARGON2ID = 2
+const UNUSABLE = '!unusable!'
 
 export interface HashParameters {
   memoryKib: number
@@ -66,6 +67,10 @@ export class PasswordHasher {
 
   /** A hash no password matches: the stored value for invited accounts until they set one. */
   static unusableHash(): string {
-    return `!unusable!${randomBytes(32).toString('base64url')}`
+    return `${UNUSABLE}${randomBytes(32).toString('base64url')}`
+  }
+
+  static isUnusable(storedHash: string): boolean {
+    return storedHash.startsWith(UNUSABLE)
   }
 }
