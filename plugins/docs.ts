@@ -41,6 +41,8 @@ async function docsPlugin(app: FastifyInstance) {
           name: 'service-accounts',
           description: 'Client credentials for backends (excluded from the generated frontend client)',
         },
+        { name: 'users', description: 'Account administration by organization admins' },
+        { name: 'authorization', description: 'Relationship-based permission checks' },
         { name: 'operations', description: 'Health and metrics' },
       ],
     },

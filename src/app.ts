@@ -6,6 +6,7 @@ import Fastify, { type FastifyInstance, LogController } from 'fastify'
 import pino from 'pino'
 import accountsPlugin from '../plugins/accounts.ts'
 import authPlugin from '../plugins/auth.ts'
+import authzPlugin from '../plugins/authz.ts'
 import backgroundPlugin from '../plugins/background.ts'
 import configPlugin from '../plugins/config.ts'
 import dbPlugin from '../plugins/db.ts'
@@ -17,7 +18,9 @@ import metricsPlugin from '../plugins/metrics.ts'
 import tenantPlugin from '../plugins/tenant.ts'
 import accountRoutes from '../routes/auth/account.ts'
 import authRoutes from '../routes/auth/index.ts'
+import authzRoutes from '../routes/authz/index.ts'
 import usersRoutes from '../routes/users/index.ts'
+import type { AuthorizationPort } from './authz/port.ts'
 import { type Clock, systemClock } from './clock.ts'
 import type { Config } from './config.ts'
 import type { DatabaseHandle } from './db/database.ts'
@@ -48,6 +51,10 @@ export interface AppDependencies {
   mailTransport?: MailTransport
   /** false: the mail outbox worker does not poll (CLI; tests drive `app.mail.worker.runOnce()`). */
   startMailWorker?: boolean
+  /** An authorization adapter the caller owns (tests); otherwise OpenFGA or the embedded evaluator. */
+  authorization?: AuthorizationPort
+  /** false: the authorization outbox worker does not poll (CLI; tests drive `app.authz.outbox.runOnce()`). */
+  startAuthzWorker?: boolean
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -133,6 +140,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(healthPlugin)
   await app.register(backgroundPlugin)
   await app.register(mailPlugin, { transport: deps.mailTransport, startWorker: deps.startMailWorker ?? true })
+  await app.register(authzPlugin, { port: deps.authorization, startWorker: deps.startAuthzWorker ?? true })
   await app.register(authPlugin, {
     events: deps.events ?? new EventBus(),
     authenticator: deps.authenticator,
@@ -145,6 +153,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(authRoutes)
   await app.register(accountRoutes)
   await app.register(usersRoutes)
+  await app.register(authzRoutes)
 
   return app
 }

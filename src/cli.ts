@@ -3,6 +3,7 @@
 import { parseArgs } from 'node:util'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.ts'
+import { authzInit } from './authz/init.ts'
 import { type ConfigSource, configFromEnv, loadConfig } from './config.ts'
 import { migrateToLatest } from './db/migrator.ts'
 import { developmentSecret } from './dev-secret.ts'
@@ -66,6 +67,13 @@ const commands: Record<string, Command> = {
       })
       return { userId: account.id }
     },
+  },
+  'authz init': {
+    usage: 'authz init',
+    migrateOnStart: false,
+    options: {},
+    // Creates the store and model the app needs before it can start, so main() runs it without the app.
+    run: async (app) => authzInit(app.config),
   },
   'api-key create': {
     usage: 'api-key create --org ORG --scopes a,b --description D [--expires-at ISO]',
@@ -184,11 +192,16 @@ async function main(argv: string[]) {
   const source = await configSource()
   source['platform.datasource.migrate-on-start'] = String(command.migrateOnStart)
   const config = loadConfig(source)
+  if (name === 'authz init') {
+    process.stdout.write(`${JSON.stringify(await authzInit(config))}\n`)
+    return
+  }
   // Mail a command queues stays in the outbox for the server's worker to send.
   const app = await buildApp(config, {
     logLevel: process.env.LOG_LEVEL ?? 'warn',
     logStream: process.stderr,
     startMailWorker: false,
+    startAuthzWorker: false,
   })
   try {
     await app.ready()

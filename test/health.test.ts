@@ -15,7 +15,7 @@ describe('health and metrics', () => {
   it('reports readiness with the database check', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/health/ready' })
     expect(res.statusCode).toBe(200)
-    expect(res.json()).toEqual({ status: 'UP', checks: { database: 'UP' } })
+    expect(res.json()).toEqual({ status: 'UP', checks: { database: 'UP', authorization: 'UP' } })
   })
 
   it('is not ready, with 503 naming the check, when the database is down', async () => {
@@ -28,8 +28,8 @@ describe('health and metrics', () => {
       expect(res.statusCode).toBe(503)
       expect(res.json()).toMatchObject({
         code: 'SERVICE_UNAVAILABLE',
-        detail: 'Not ready: database',
-        checks: { database: 'DOWN' },
+        detail: 'Not ready: database, authorization',
+        checks: { database: 'DOWN', authorization: 'DOWN' },
       })
       const live = await down.app.inject({ method: 'GET', url: '/health/live' })
       expect(live.statusCode).toBe(200)
@@ -43,12 +43,12 @@ describe('health and metrics', () => {
     const database = await createTestDatabase()
     const extra = await createTestApp({
       database,
-      configure: (app) => app.readiness.add('authorization', async () => Promise.reject(new Error('down'))),
+      configure: (app) => app.readiness.add('mailbox', async () => Promise.reject(new Error('down'))),
     })
     try {
       const res = await extra.app.inject({ method: 'GET', url: '/health/ready' })
       expect(res.statusCode).toBe(503)
-      expect(res.json().checks).toEqual({ database: 'UP', authorization: 'DOWN' })
+      expect(res.json().checks).toEqual({ database: 'UP', authorization: 'UP', mailbox: 'DOWN' })
     } finally {
       await extra.close()
       await database.dispose()

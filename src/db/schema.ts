@@ -97,6 +97,17 @@ export interface AuthzOutboxTable {
   last_error: string | null
 }
 
+/** A tuple of the embedded authorization evaluator; subject_relation is '' unless the subject is a userset. */
+export interface AuthzTupleTable {
+  object_type: string
+  object_id: string
+  relation: string
+  subject_type: string
+  subject_id: string
+  subject_relation: Generated<string>
+  created_at: Timestamp
+}
+
 export type OneTimeTokenPurpose = 'INVITATION' | 'PASSWORD_RESET'
 
 export interface OneTimeTokenTable {
@@ -124,6 +135,12 @@ export interface KnownDeviceTable {
   last_seen_at: Timestamp
 }
 
+export interface WorkerLeaseTable {
+  name: string
+  holder: string
+  lease_until: Timestamp
+}
+
 export interface Database {
   organizations: OrganizationTable
   accounts: AccountTable
@@ -133,10 +150,12 @@ export interface Database {
   service_accounts: ServiceAccountTable
   api_keys: ApiKeyTable
   authz_outbox: AuthzOutboxTable
+  authz_tuples: AuthzTupleTable
   mail_outbox: MailOutboxTable
   one_time_tokens: OneTimeTokenTable
   otp_backup_codes: OtpBackupCodeTable
   known_devices: KnownDeviceTable
+  worker_leases: WorkerLeaseTable
 }
 
 /** Anything queries can run on: the pool-backed instance or an open transaction. */

@@ -55,9 +55,10 @@ export async function createTestApp(options: TestAppOptions = {}): Promise<TestA
   const config = testConfig({ 'platform.datasource.migrate-on-start': 'false', ...options.config })
   const clock = (options.clock as TestClock | undefined) ?? new TestClock()
   const logs = new LogCapture()
-  // The mail worker does not poll in tests: they deliver with `app.mail.worker.runOnce()`.
+  // The outbox workers do not poll in tests: they deliver with `runOnce()`.
   const app = await buildApp(config, {
     startMailWorker: false,
+    startAuthzWorker: false,
     ...options.deps,
     database: database.handle,
     clock,

@@ -1,0 +1,114 @@
+// Decorates `app.authz`: the authorization port (OpenFGA when configured, the embedded evaluator
+// otherwise), the parsed model, the outbox worker and `check(principal, relation, object)`; adds
+// the authorization readiness check; needs config, db and health. Checks fail closed: an
+// authorization server that cannot answer gives 503, never an allow.
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { EmbeddedAuthorization } from '../src/authz/embedded.ts'
+import { loadModel, ModelIndex } from '../src/authz/model.ts'
+import { OpenFgaAuthorization } from '../src/authz/openfga.ts'
+import { AuthzOutboxWorker } from '../src/authz/outbox-worker.ts'
+import {
+  type AuthorizationPort,
+  AuthorizationRequestError,
+} from '../src/authz/port.ts'
+import { ConfigError } from '../src/config.ts'
+import { AppError } from '../src/errors.ts'
+import type { Principal } from '../src/principal.ts'
+
+export interface Authz {
+  port: AuthorizationPort
+  model: ModelIndex
+  outbox: AuthzOutboxWorker
+  /** Whether the principal has `relation` on `object` (`type:id`); 503 when it cannot be answered. */
+  check(principal: Principal, relation: string, object: string): Promise<boolean>
+  /** The same, as a guard: 403 ACCESS_DENIED when not allowed. */
+  require(principal: Principal, relation: string, object: string): Promise<void>
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    authz: Authz
+  }
+}
+
+export interface AuthzPluginOptions {
+  /** An adapter the caller owns (tests); otherwise chosen from the configuration. */
+  port?: AuthorizationPort | undefined
+  /** false: the outbox worker does not poll (tests drive `app.authz.outbox.runOnce()`). */
+  startWorker?: boolean | undefined
+}
+
+/** The subject a principal is in the authorization model; service accounts are not tenant members. */
+export function subjectOf(principal: Principal): string | null {
+  if (principal.type === 'USER') return `user:${principal.userId}`
+  if (principal.type === 'API_KEY') return `api_key:${principal.apiKeyId}`
+  return null
+}
+
+function configuredPort(app: FastifyInstance, model: ModelIndex): AuthorizationPort {
+  const { openfga } = app.config.authz
+  if (openfga.apiUrl) {
+    if (!openfga.storeId)
+      throw new ConfigError(
+        'platform.authz.openfga.store-id',
+        'is required with an OpenFGA api-url (npm run cli -- authz init prints it)',
+      )
+    if (!openfga.modelId)
+      throw new ConfigError(
+        'platform.authz.openfga.model-id',
+        'is required with an OpenFGA api-url (npm run cli -- authz init prints it)',
+      )
+    return new OpenFgaAuthorization({
+      apiUrl: openfga.apiUrl,
+      storeId: openfga.storeId,
+      modelId: openfga.modelId,
+      apiToken: openfga.apiToken,
+    })
+  }
+  if (app.config.profile === 'production') {
+    throw new ConfigError('platform.authz.openfga.api-url', 'is required under the production profile')
+  }
+  return new EmbeddedAuthorization(app.db, model)
+}
+
+async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
+  const model = new ModelIndex(await loadModel())
+  const port = options.port ?? configuredPort(app, model)
+  const outbox = new AuthzOutboxWorker({ db: app.db, port, clock: app.clock, log: app.log })
+
+  async function check(principal: Principal, relation: string, object: string): Promise<boolean> {
+    const subject = subjectOf(principal)
+    if (!subject) return false
+    try {
+      return await port.check({ user: subject, relation, object })
+    } catch (error) {
+      if (error instanceof AuthorizationRequestError) throw new AppError('BAD_REQUEST', error.message)
+      app.log.error({ err: error }, 'authorization check could not be answered')
+      throw new AppError('SERVICE_UNAVAILABLE', 'The authorization server is unavailable', {
+        headers: { 'retry-after': '5' },
+        cause: error,
+      })
+    }
+  }
+
+  app.decorate('authz', {
+    port,
+    model,
+    outbox,
+    check,
+    async require(principal, relation, object) {
+      if (!(await check(principal, relation, object))) {
+        throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
+      }
+    },
+  } satisfies Authz)
+  app.readiness.add('authorization', () => port.ready())
+  if (options.startWorker ?? true) app.addHook('onReady', async () => outbox.start())
+  app.addHook('onClose', async () => {
+    await outbox.stop()
+    if (!options.port) await port.close()
+  })
+}
+
+export default fp(authzPlugin, { name: 'authz', fastify: '5.x', dependencies: ['config', 'db', 'health'] })

@@ -1,0 +1,660 @@
+import { type Kysely, sql } from 'kysely'
+import type { Database } from '../db/schema.ts'
+import {
+  deleteTuples,
+  findDirectSubjects,
+  findObjectSubjects,
+  findObjectsNamingSubjects,
+  insertTuples,
+  type SubjectRow,
+  type TupleRow,
+} from '../repositories/authz-tuples.ts'
+import type { ModelIndex, RelationReference, Userset } from './model.ts'
+import {
+  type AuthorizationPort,
+  AuthorizationRequestError,
+  AuthorizationUnavailableError,
+  type CheckRequest,
+  type ListObjectsRequest,
+  type TupleKey,
+} from './port.ts'
+
+// The embedded authorization evaluator (decisions 3): OpenFGA's check semantics for a schema 1.1
+// model, over the tuples in `authz_tuples`. What it evaluates: direct relations restricted to the
+// types the model names (`[user, api_key]`, usersets `[group#member]`, wildcards `[user:*]`),
+// computed usersets, tuple-to-userset, union, intersection and exclusion.
+//
+// Queries: a check walks the rewrite of object#relation. Each direct lookup asks only for the tuples
+// that can matter to the user (the user itself, its type's wildcard, and the userset tuples to
+// follow), each tuple-to-userset lookup for the parent objects; every lookup of one (object,
+// relation) is made once per check (or per batch / list), and lookups asked in the same tick are
+// merged into one query per (type, relation). Unions stop at the first allow, intersections at the
+// first deny, exclusions skip the subtraction when the base denies.
+//
+// Depth and cycles, as OpenFGA: a check that needs more than 25 nested resolutions fails (OpenFGA
+// answers `authorization_model_resolution_too_complex`; here ResolutionDepthExceededError, an
+// AuthorizationUnavailableError as the OpenFGA adapter maps it: the caller fails closed). A branch
+// that comes back to an object#relation still being resolved (group:a ∋ group:b#member ∋
+// group:a#member, or a parent loop) is a cycle: it answers false and the rest of the check goes on.
+// A false that depends on such a cut is not memoised beyond the cycle's own resolution, and an
+// exclusion whose subtraction was cut denies (it cannot prove the exclusion does not apply).
+
+/** OpenFGA's default resolution depth (OPENFGA_RESOLVE_NODE_LIMIT). */
+export const MAX_RESOLUTION_DEPTH = 25
+/** OpenFGA's default `listObjectsMaxResults`: list answers are capped alike, so nothing relies on more. */
+export const LIST_OBJECTS_MAX_RESULTS = 1000
+/** Checks evaluated together (their lookups merged) in batchCheck and listObjects. */
+const CHECKS_PER_ROUND = 500
+
+const NAME = /^[^\s:#@*]+$/
+const OBJECT_ID = /^[^\s#]+$/
+const MAX_OBJECT_LENGTH = 256
+
+export class ResolutionDepthExceededError extends AuthorizationUnavailableError {
+  constructor() {
+    super(`authorization resolution too complex: more than ${MAX_RESOLUTION_DEPTH} nested resolutions`)
+    this.name = 'ResolutionDepthExceededError'
+  }
+}
+
+interface ObjectRef {
+  type: string
+  id: string
+}
+
+/** A check's or a tuple's user: an object, a wildcard (id '*') or a userset (relation not ''). */
+interface Subject extends ObjectRef {
+  relation: string
+}
+
+/** An answer, and the lowest path position of a cycle it depends on (Infinity: none). */
+interface Outcome {
+  allowed: boolean
+  cycleAt: number
+}
+
+const ALLOWED: Outcome = { allowed: true, cycleAt: Number.POSITIVE_INFINITY }
+const DENIED: Outcome = { allowed: false, cycleAt: Number.POSITIVE_INFINITY }
+
+const quote = (value: unknown) => JSON.stringify(value)
+
+function parseObject(value: unknown, what: string): ObjectRef {
+  const text = typeof value === 'string' ? value : ''
+  const colon = text.indexOf(':')
+  const type = text.slice(0, colon)
+  const id = text.slice(colon + 1)
+  if (colon < 1 || text.length > MAX_OBJECT_LENGTH || !NAME.test(type) || !OBJECT_ID.test(id)) {
+    throw new AuthorizationRequestError(`invalid ${what} ${quote(value)}: expected type:id`)
+  }
+  return { type, id }
+}
+
+function parseTarget(value: unknown): ObjectRef {
+  const object = parseObject(value, 'object')
+  if (object.id === '*')
+    throw new AuthorizationRequestError(`invalid object ${quote(value)}: an object is not a wildcard`)
+  return object
+}
+
+function parseSubject(value: unknown): Subject {
+  const text = typeof value === 'string' ? value : ''
+  const hash = text.indexOf('#')
+  if (hash === -1) return { ...parseObject(value, 'user'), relation: '' }
+  const object = parseObject(text.slice(0, hash), 'user')
+  const relation = text.slice(hash + 1)
+  if (!NAME.test(relation) || object.id === '*') {
+    throw new AuthorizationRequestError(
+      `invalid user ${quote(value)}: expected type:id, type:* or type:id#relation`,
+    )
+  }
+  return { ...object, relation }
+}
+
+function parseName(value: unknown, what: string): string {
+  if (typeof value !== 'string' || !NAME.test(value)) {
+    throw new AuthorizationRequestError(`invalid ${what} ${quote(value)}`)
+  }
+  return value
+}
+
+/** Whether the model lets `subject` be related directly through these types. */
+function admits(types: RelationReference[], subject: Subject): boolean {
+  return types.some((ref) => {
+    if (ref.type !== subject.type) return false
+    if (subject.relation) return ref.relation === subject.relation
+    if (subject.id === '*') return ref.wildcard !== undefined
+    return !ref.relation && ref.wildcard === undefined
+  })
+}
+
+function describeTypes(types: RelationReference[]): string {
+  if (types.length === 0) return 'no directly related user types'
+  return types
+    .map((ref) => `${ref.type}${ref.wildcard ? ':*' : ''}${ref.relation ? `#${ref.relation}` : ''}`)
+    .join(', ')
+}
+
+const isDepthExceeded = (error: unknown) => error instanceof ResolutionDepthExceededError
+
+/** Union: allowed as soon as one branch allows; a depth error only counts when nothing allows. */
+async function anyOf(branches: Array<() => Promise<Outcome>>): Promise<Outcome> {
+  let cycleAt = Number.POSITIVE_INFINITY
+  let failure: unknown
+  for (const branch of branches) {
+    try {
+      const outcome = await branch()
+      if (outcome.allowed) return ALLOWED
+      cycleAt = Math.min(cycleAt, outcome.cycleAt)
+    } catch (error) {
+      if (!isDepthExceeded(error)) throw error
+      failure ??= error
+    }
+  }
+  if (failure) throw failure
+  return { allowed: false, cycleAt }
+}
+
+/** Intersection: denied as soon as one branch denies; a depth error only counts when nothing denies. */
+async function allOf(branches: Array<() => Promise<Outcome>>): Promise<Outcome> {
+  let failure: unknown
+  for (const branch of branches) {
+    try {
+      const outcome = await branch()
+      if (!outcome.allowed) return outcome
+    } catch (error) {
+      if (!isDepthExceeded(error)) throw error
+      failure ??= error
+    }
+  }
+  if (failure) throw failure
+  return ALLOWED
+}
+
+/** Exclusion: the subtraction is only evaluated when the base allows (or could not be resolved). */
+async function butNot(base: () => Promise<Outcome>, subtract: () => Promise<Outcome>): Promise<Outcome> {
+  let failure: unknown
+  let included: Outcome | undefined
+  try {
+    included = await base()
+    if (!included.allowed) return included
+  } catch (error) {
+    if (!isDepthExceeded(error)) throw error
+    failure = error
+  }
+  const excluded = await subtract()
+  if (excluded.allowed) return DENIED
+  if (failure) throw failure
+  // A subtraction cut by a cycle proves nothing: deny rather than allow.
+  if (excluded.cycleAt !== Number.POSITIVE_INFINITY) return { allowed: false, cycleAt: excluded.cycleAt }
+  return included ?? DENIED
+}
+
+interface DirectLookup {
+  kind: 'direct'
+  objectType: string
+  relation: string
+  /** The user's own tuples to look for (its id and/or '*'); null when the model admits neither. */
+  subject: { type: string; ids: string[]; relation: string } | null
+  /** Whether to fetch the userset tuples, to follow them. */
+  usersets: boolean
+}
+
+type Lookup = DirectLookup | { kind: 'parents'; objectType: string; relation: string }
+
+interface QueuedLookup {
+  lookup: Lookup
+  waiting: Map<string, PromiseWithResolvers<SubjectRow[]>>
+}
+
+/**
+ * The tuple lookups of one request (a check, a batch, a list): each (lookup, object) is queried once,
+ * and lookups asked in the same tick are merged into one query per lookup with all their object ids.
+ */
+class TupleLoader {
+  readonly #db: Kysely<Database>
+  readonly #loaded = new Map<string, Promise<SubjectRow[]>>()
+  #queued = new Map<string, QueuedLookup>()
+
+  constructor(db: Kysely<Database>) {
+    this.#db = db
+  }
+
+  load(lookup: Lookup, objectId: string): Promise<SubjectRow[]> {
+    const lookupKey = JSON.stringify(lookup)
+    const key = `${lookupKey} ${objectId}`
+    const loaded = this.#loaded.get(key)
+    if (loaded) return loaded
+    if (this.#queued.size === 0) {
+      // After the microtasks already queued have run: the other checks of this round queue theirs.
+      void Promise.resolve().then(() => process.nextTick(() => void this.#flush()))
+    }
+    let queued = this.#queued.get(lookupKey)
+    if (!queued) {
+      queued = { lookup, waiting: new Map() }
+      this.#queued.set(lookupKey, queued)
+    }
+    const pending = Promise.withResolvers<SubjectRow[]>()
+    queued.waiting.set(objectId, pending)
+    this.#loaded.set(key, pending.promise)
+    return pending.promise
+  }
+
+  async #flush(): Promise<void> {
+    const queued = [...this.#queued.values()]
+    this.#queued = new Map()
+    await Promise.all(
+      queued.map(async ({ lookup, waiting }) => {
+        try {
+          const objectIds = [...waiting.keys()]
+          const rows =
+            lookup.kind === 'direct'
+              ? await findDirectSubjects(this.#db, { ...lookup, objectIds })
+              : await findObjectSubjects(this.#db, { ...lookup, objectIds })
+          const byObject = new Map<string, SubjectRow[]>()
+          for (const row of rows) {
+            const list = byObject.get(row.object_id)
+            if (list) list.push(row)
+            else byObject.set(row.object_id, [row])
+          }
+          for (const [objectId, pending] of waiting) pending.resolve(byObject.get(objectId) ?? [])
+        } catch (error) {
+          for (const pending of waiting.values()) pending.reject(error)
+        }
+      }),
+    )
+  }
+}
+
+/** Checks for one user, sharing what they learn (lookups and settled answers). */
+class Resolution {
+  readonly #model: ModelIndex
+  readonly #loader: TupleLoader
+  readonly #user: Subject
+  /** Answers of object#relation that depend on no cycle cut still open. */
+  readonly #settled = new Map<string, boolean>()
+  readonly #directLookups = new Map<string, DirectLookup | null>()
+
+  constructor(model: ModelIndex, loader: TupleLoader, user: Subject) {
+    this.#model = model
+    this.#loader = loader
+    this.#user = user
+  }
+
+  async check(object: ObjectRef, relation: string): Promise<boolean> {
+    const outcome = await this.#resolve(object, relation, new Map())
+    return outcome.allowed
+  }
+
+  /** `path`: the object#relation pairs being resolved by this check, with their position. */
+  async #resolve(object: ObjectRef, relation: string, path: Map<string, number>): Promise<Outcome> {
+    const key = `${object.type}:${object.id}#${relation}`
+    const position = path.get(key)
+    if (position !== undefined) return { allowed: false, cycleAt: position }
+    const settled = this.#settled.get(key)
+    if (settled !== undefined) return settled ? ALLOWED : DENIED
+    const user = this.#user
+    // A userset contains itself (OpenFGA: a self-defining tuple).
+    if (user.relation === relation && user.type === object.type && user.id === object.id) return ALLOWED
+    const rewrite = this.#model.relation(object.type, relation)
+    if (!rewrite) return DENIED
+    if (path.size >= MAX_RESOLUTION_DEPTH) throw new ResolutionDepthExceededError()
+    const index = path.size
+    path.set(key, index)
+    let outcome: Outcome
+    try {
+      outcome = await this.#rewrite(object, relation, rewrite, path)
+    } finally {
+      path.delete(key)
+    }
+    if (outcome.cycleAt < index) return outcome
+    this.#settled.set(key, outcome.allowed)
+    return outcome.allowed ? ALLOWED : DENIED
+  }
+
+  #rewrite(
+    object: ObjectRef,
+    relation: string,
+    rewrite: Userset,
+    path: Map<string, number>,
+  ): Promise<Outcome> {
+    if ('this' in rewrite) return this.#direct(object, relation, path)
+    if ('computedUserset' in rewrite) return this.#resolve(object, rewrite.computedUserset.relation, path)
+    if ('tupleToUserset' in rewrite) {
+      const { tupleset, computedUserset } = rewrite.tupleToUserset
+      return this.#fromParents(object, tupleset.relation, computedUserset.relation, path)
+    }
+    if ('union' in rewrite) {
+      return anyOf(rewrite.union.child.map((child) => () => this.#rewrite(object, relation, child, path)))
+    }
+    if ('intersection' in rewrite) {
+      return allOf(
+        rewrite.intersection.child.map((child) => () => this.#rewrite(object, relation, child, path)),
+      )
+    }
+    const { base, subtract } = rewrite.difference
+    return butNot(
+      () => this.#rewrite(object, relation, base, path),
+      () => this.#rewrite(object, relation, subtract, path),
+    )
+  }
+
+  /** What to ask of object#relation's direct tuples for this user; null when nothing can match. */
+  #directLookup(objectType: string, relation: string): DirectLookup | null {
+    const cacheKey = `${objectType}#${relation}`
+    const cached = this.#directLookups.get(cacheKey)
+    if (cached !== undefined) return cached
+    const types = this.#model.directlyRelated(objectType, relation)
+    const user = this.#user
+    const ids: string[] = []
+    if (admits(types, user)) ids.push(user.id)
+    if (!user.relation && user.id !== '*' && admits(types, { ...user, id: '*' })) ids.push('*')
+    const usersets = types.some((ref) => Boolean(ref.relation))
+    const lookup: DirectLookup | null =
+      ids.length > 0 || usersets
+        ? {
+            kind: 'direct',
+            objectType,
+            relation,
+            subject: ids.length > 0 ? { type: user.type, ids, relation: user.relation } : null,
+            usersets,
+          }
+        : null
+    this.#directLookups.set(cacheKey, lookup)
+    return lookup
+  }
+
+  async #direct(object: ObjectRef, relation: string, path: Map<string, number>): Promise<Outcome> {
+    const lookup = this.#directLookup(object.type, relation)
+    if (!lookup) return DENIED
+    const rows = await this.#loader.load(lookup, object.id)
+    const types = this.#model.directlyRelated(object.type, relation)
+    const user = this.#user
+    const usersets: Subject[] = []
+    for (const row of rows) {
+      const subject = { type: row.subject_type, id: row.subject_id, relation: row.subject_relation }
+      const namesUser =
+        subject.type === user.type &&
+        subject.relation === user.relation &&
+        (subject.id === user.id || subject.id === '*')
+      if (lookup.subject && namesUser) return ALLOWED
+      // Tuples the model no longer admits (written under an older model) are ignored, as OpenFGA does.
+      if (subject.relation && admits(types, subject)) usersets.push(subject)
+    }
+    return anyOf(usersets.map((subject) => () => this.#resolve(subject, subject.relation, path)))
+  }
+
+  async #fromParents(
+    object: ObjectRef,
+    tupleset: string,
+    relation: string,
+    path: Map<string, number>,
+  ): Promise<Outcome> {
+    const rows = await this.#loader.load(
+      { kind: 'parents', objectType: object.type, relation: tupleset },
+      object.id,
+    )
+    const types = this.#model.directlyRelated(object.type, tupleset)
+    const parents = rows
+      .map((row) => ({ type: row.subject_type, id: row.subject_id, relation: '' }))
+      .filter(
+        (parent) =>
+          parent.id !== '*' && admits(types, parent) && this.#model.hasRelation(parent.type, relation),
+      )
+    return anyOf(parents.map((parent) => () => this.#resolve(parent, relation, path)))
+  }
+}
+
+/** Waits for every promise (no evaluation is left running behind an error), then throws the first error. */
+async function settleAll<T>(promises: Array<Promise<T>>): Promise<T[]> {
+  const settled = await Promise.allSettled(promises)
+  return settled.map((outcome) => {
+    if (outcome.status === 'rejected') throw outcome.reason
+    return outcome.value
+  })
+}
+
+export class EmbeddedAuthorization implements AuthorizationPort {
+  readonly #db: Kysely<Database>
+  readonly #model: ModelIndex
+  #closed = false
+
+  constructor(db: Kysely<Database>, model: ModelIndex) {
+    this.#db = db
+    this.#model = model
+  }
+
+  check(request: CheckRequest): Promise<boolean> {
+    return this.#answer(async () => {
+      const [allowed] = await this.#checkAll([request])
+      return allowed === true
+    })
+  }
+
+  batchCheck(requests: CheckRequest[]): Promise<boolean[]> {
+    return this.#answer(() => this.#checkAll(requests))
+  }
+
+  /** One transaction; deletes first. A tuple both written and deleted in one call is rejected (as by OpenFGA). */
+  write(writes: TupleKey[], deletes: TupleKey[]): Promise<void> {
+    return this.#answer(async () => {
+      const toWrite = writes.map((tuple) => this.#writable(tuple))
+      // Deletes are checked for form only, so that tuples an older model allowed can still be removed.
+      const toDelete = deletes.map((tuple) => this.#tupleRow(tuple).row)
+      const deleted = new Set(toDelete.map(rowKey))
+      const both = toWrite.find((row) => deleted.has(rowKey(row)))
+      if (both) {
+        throw new AuthorizationRequestError(
+          `a tuple cannot be written and deleted at once: ${describeRow(both)}`,
+        )
+      }
+      if (toWrite.length === 0 && toDelete.length === 0) return
+      await this.#db.transaction().execute(async (trx) => {
+        await deleteTuples(trx, toDelete)
+        await insertTuples(trx, toWrite)
+      })
+    })
+  }
+
+  /**
+   * The objects of `type` on which `user` has `relation`, sorted, at most LIST_OBJECTS_MAX_RESULTS.
+   * Candidates are the objects of `type` that tuples connect to the user (any answer but false needs
+   * such a chain); each is then checked.
+   */
+  listObjects(request: ListObjectsRequest): Promise<string[]> {
+    return this.#answer(async () => {
+      const type = parseName(request.type, 'type')
+      const relation = parseName(request.relation, 'relation')
+      this.#requireRelation(type, relation)
+      const user = this.#subject(request.user)
+      const candidates = await this.#candidates(user, type)
+      const resolution = new Resolution(this.#model, new TupleLoader(this.#db), user)
+      const found: string[] = []
+      for (let start = 0; start < candidates.length; start += CHECKS_PER_ROUND) {
+        const round = candidates.slice(start, start + CHECKS_PER_ROUND)
+        const allowed = await settleAll(round.map((id) => resolution.check({ type, id }, relation)))
+        for (const [i, id] of round.entries()) {
+          if (allowed[i]) found.push(`${type}:${id}`)
+        }
+        if (found.length >= LIST_OBJECTS_MAX_RESULTS) return found.slice(0, LIST_OBJECTS_MAX_RESULTS)
+      }
+      return found
+    })
+  }
+
+  ready(): Promise<void> {
+    return this.#answer(async () => {
+      await sql`select 1`.execute(this.#db)
+    })
+  }
+
+  /** The database belongs to the caller: closing only stops this adapter from answering. */
+  async close(): Promise<void> {
+    this.#closed = true
+  }
+
+  /** Runs one operation; anything but a request the model rejects means the evaluator cannot answer. */
+  async #answer<T>(work: () => Promise<T>): Promise<T> {
+    if (this.#closed)
+      throw new AuthorizationUnavailableError('the embedded authorization evaluator is closed')
+    try {
+      return await work()
+    } catch (error) {
+      if (error instanceof AuthorizationRequestError || error instanceof AuthorizationUnavailableError)
+        throw error
+      throw new AuthorizationUnavailableError(
+        `the embedded authorization evaluator cannot answer: ${(error as Error)?.message ?? String(error)}`,
+        { cause: error },
+      )
+    }
+  }
+
+  async #checkAll(requests: CheckRequest[]): Promise<boolean[]> {
+    // Every request is validated before any is evaluated.
+    const checks = requests.map((request) => {
+      const object = parseTarget(request.object)
+      const relation = parseName(request.relation, 'relation')
+      this.#requireRelation(object.type, relation)
+      return { object, relation, user: this.#subject(request.user), userKey: String(request.user) }
+    })
+    const loader = new TupleLoader(this.#db)
+    const resolutions = new Map<string, Resolution>()
+    const answers: boolean[] = []
+    for (let start = 0; start < checks.length; start += CHECKS_PER_ROUND) {
+      const round = checks.slice(start, start + CHECKS_PER_ROUND).map((check) => {
+        let resolution = resolutions.get(check.userKey)
+        if (!resolution) {
+          resolution = new Resolution(this.#model, loader, check.user)
+          resolutions.set(check.userKey, resolution)
+        }
+        return resolution.check(check.object, check.relation)
+      })
+      answers.push(...(await settleAll(round)))
+    }
+    return answers
+  }
+
+  /** The ids of objects of `type` that some chain of tuples connects to the user. */
+  async #candidates(user: Subject, type: string): Promise<string[]> {
+    const { reaching, feeding } = this.#typesLeadingTo(type)
+    const found = new Set<string>()
+    // A userset is a member of itself.
+    if (user.relation && user.type === type) found.add(user.id)
+    const seen = new Set<string>()
+    let frontier: ObjectRef[] = [{ type: user.type, id: user.id }]
+    if (!user.relation && user.id !== '*') frontier.push({ type: user.type, id: '*' })
+    for (const object of frontier) seen.add(`${object.type}:${object.id}`)
+    while (frontier.length > 0) {
+      const byType = new Map<string, string[]>()
+      for (const object of frontier) {
+        if (!feeding.has(object.type)) continue
+        const ids = byType.get(object.type)
+        if (ids) ids.push(object.id)
+        else byType.set(object.type, [object.id])
+      }
+      const next: ObjectRef[] = []
+      for (const [subjectType, subjectIds] of byType) {
+        const rows = await findObjectsNamingSubjects(this.#db, {
+          subjectType,
+          subjectIds,
+          objectTypes: [...reaching],
+        })
+        for (const row of rows) {
+          const key = `${row.object_type}:${row.object_id}`
+          if (seen.has(key)) continue
+          seen.add(key)
+          if (row.object_type === type) found.add(row.object_id)
+          next.push({ type: row.object_type, id: row.object_id })
+        }
+      }
+      frontier = next
+    }
+    return [...found].sort()
+  }
+
+  /**
+   * From the model: `reaching`, the types from which a chain of tuples can lead to `type` (itself
+   * included); `feeding`, those among them that can be a tuple's subject on the way.
+   */
+  #typesLeadingTo(type: string): { reaching: Set<string>; feeding: Set<string> } {
+    const subjectsOf = new Map<string, Set<string>>()
+    for (const definition of this.#model.model.type_definitions) {
+      const subjects = new Set<string>()
+      for (const relation of Object.keys(definition.relations ?? {})) {
+        for (const ref of this.#model.directlyRelated(definition.type, relation)) subjects.add(ref.type)
+      }
+      subjectsOf.set(definition.type, subjects)
+    }
+    const reaching = new Set([type])
+    const feeding = new Set<string>()
+    const queue = [type]
+    for (let objectType = queue.shift(); objectType !== undefined; objectType = queue.shift()) {
+      for (const subjectType of subjectsOf.get(objectType) ?? []) {
+        feeding.add(subjectType)
+        if (!reaching.has(subjectType)) {
+          reaching.add(subjectType)
+          queue.push(subjectType)
+        }
+      }
+    }
+    return { reaching, feeding }
+  }
+
+  #requireRelation(type: string, relation: string): void {
+    if (!this.#model.hasType(type)) {
+      throw new AuthorizationRequestError(`type ${quote(type)} is not in the authorization model`)
+    }
+    if (!this.#model.hasRelation(type, relation)) {
+      throw new AuthorizationRequestError(
+        `relation ${quote(`${type}#${relation}`)} is not in the authorization model`,
+      )
+    }
+  }
+
+  #subject(value: unknown): Subject {
+    const subject = parseSubject(value)
+    if (!this.#model.hasType(subject.type)) {
+      throw new AuthorizationRequestError(`type ${quote(subject.type)} is not in the authorization model`)
+    }
+    if (subject.relation) this.#requireRelation(subject.type, subject.relation)
+    return subject
+  }
+
+  #tupleRow(tuple: TupleKey): { row: TupleRow; subject: Subject } {
+    const object = parseTarget(tuple.object)
+    const relation = parseName(tuple.relation, 'relation')
+    const subject = parseSubject(tuple.user)
+    return {
+      subject,
+      row: {
+        object_type: object.type,
+        object_id: object.id,
+        relation,
+        subject_type: subject.type,
+        subject_id: subject.id,
+        subject_relation: subject.relation,
+      },
+    }
+  }
+
+  /** A tuple OpenFGA would accept under the model: the relation admits the user's type directly. */
+  #writable(tuple: TupleKey): TupleRow {
+    const { row, subject } = this.#tupleRow(tuple)
+    this.#requireRelation(row.object_type, row.relation)
+    this.#subject(tuple.user)
+    const types = this.#model.directlyRelated(row.object_type, row.relation)
+    if (!admits(types, subject)) {
+      throw new AuthorizationRequestError(
+        `${quote(tuple.user)} cannot be related to ${quote(`${row.object_type}#${row.relation}`)}: it admits ${describeTypes(types)}`,
+      )
+    }
+    return row
+  }
+}
+
+const rowKey = (row: TupleRow) =>
+  [row.object_type, row.object_id, row.relation, row.subject_type, row.subject_id, row.subject_relation].join(
+    '\n',
+  )
+
+const describeRow = (row: TupleRow) =>
+  `${row.subject_type}:${row.subject_id}${row.subject_relation ? `#${row.subject_relation}` : ''} ${row.relation} ${row.object_type}:${row.object_id}`

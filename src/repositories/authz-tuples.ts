@@ -1,0 +1,118 @@
+import { type RawBuilder, sql } from 'kysely'
+import type { Executor } from '../db/schema.ts'
+
+// The relationship tuples of the embedded authorization evaluator. Every lookup takes a list of
+// object ids, so that the evaluator can answer many objects' questions with one query. Lists travel
+// as one array parameter each (`= any($1::text[])`, `unnest`), never as one parameter per value, so
+// that no list length reaches PostgreSQL's parameter limit.
+
+export interface TupleRow {
+  object_type: string
+  object_id: string
+  relation: string
+  subject_type: string
+  subject_id: string
+  /** '' unless the subject is a userset (`organization:1#member`). */
+  subject_relation: string
+}
+
+export type SubjectRow = Pick<TupleRow, 'object_id' | 'subject_type' | 'subject_id' | 'subject_relation'>
+
+function anyOf(values: readonly string[]): RawBuilder<string> {
+  return sql<string>`any(${values}::text[])`
+}
+
+function column(tuples: readonly TupleRow[], name: keyof TupleRow): RawBuilder<string[]> {
+  return sql<string[]>`${tuples.map((t) => t[name])}::text[]`
+}
+
+function unnestTuples(tuples: readonly TupleRow[]) {
+  return sql`unnest(${column(tuples, 'object_type')}, ${column(tuples, 'object_id')}, ${column(tuples, 'relation')}, ${column(tuples, 'subject_type')}, ${column(tuples, 'subject_id')}, ${column(tuples, 'subject_relation')})`
+}
+
+/** Inserts the tuples; existing ones (and repeats within the list) are left as they are. */
+export async function insertTuples(db: Executor, tuples: readonly TupleRow[]): Promise<void> {
+  if (tuples.length === 0) return
+  await db
+    .insertInto('authz_tuples')
+    .columns(['object_type', 'object_id', 'relation', 'subject_type', 'subject_id', 'subject_relation'])
+    .expression(sql`select * from ${unnestTuples(tuples)}`)
+    .onConflict((oc) => oc.doNothing())
+    .execute()
+}
+
+/** Deletes the tuples; missing ones are no error. */
+export async function deleteTuples(db: Executor, tuples: readonly TupleRow[]): Promise<void> {
+  if (tuples.length === 0) return
+  await sql`
+    delete from authz_tuples as a
+    using ${unnestTuples(tuples)} as d(object_type, object_id, relation, subject_type, subject_id, subject_relation)
+    where a.object_type = d.object_type and a.object_id = d.object_id and a.relation = d.relation
+      and a.subject_type = d.subject_type and a.subject_id = d.subject_id and a.subject_relation = d.subject_relation
+  `.execute(db)
+}
+
+/**
+ * The direct subjects of `objectType:<id>#relation` for each id that matter to one user: the tuples
+ * naming the user (`subject`: its type, its id and/or '*', its userset relation or ''), and, when
+ * `usersets` is set, every userset tuple (which the caller follows). One query, two index scans.
+ */
+export function findDirectSubjects(
+  db: Executor,
+  query: {
+    objectType: string
+    relation: string
+    objectIds: readonly string[]
+    subject: { type: string; ids: readonly string[]; relation: string } | null
+    usersets: boolean
+  },
+): Promise<SubjectRow[]> {
+  const tuplesOf = () =>
+    db
+      .selectFrom('authz_tuples')
+      .select(['object_id', 'subject_type', 'subject_id', 'subject_relation'])
+      .where('object_type', '=', query.objectType)
+      .where('object_id', '=', anyOf(query.objectIds))
+      .where('relation', '=', query.relation)
+  const { subject } = query
+  const naming = subject
+    ? tuplesOf()
+        .where('subject_type', '=', subject.type)
+        .where('subject_id', '=', anyOf(subject.ids))
+        .where('subject_relation', '=', subject.relation)
+    : undefined
+  const usersets = query.usersets ? tuplesOf().where('subject_relation', '<>', '') : undefined
+  if (naming && usersets) return naming.unionAll(usersets).execute()
+  const only = naming ?? usersets
+  return only ? only.execute() : Promise.resolve([])
+}
+
+/** The object subjects (no usersets) of `objectType:<id>#relation` for each id: a tuple-to-userset's parents. */
+export function findObjectSubjects(
+  db: Executor,
+  query: { objectType: string; relation: string; objectIds: readonly string[] },
+): Promise<SubjectRow[]> {
+  return db
+    .selectFrom('authz_tuples')
+    .select(['object_id', 'subject_type', 'subject_id', 'subject_relation'])
+    .where('object_type', '=', query.objectType)
+    .where('object_id', '=', anyOf(query.objectIds))
+    .where('relation', '=', query.relation)
+    .where('subject_relation', '=', '')
+    .execute()
+}
+
+/** The objects (of `objectTypes`) that name one of the subjects `subjectType:<id>` (as object or userset) in a tuple. */
+export function findObjectsNamingSubjects(
+  db: Executor,
+  query: { subjectType: string; subjectIds: readonly string[]; objectTypes: readonly string[] },
+): Promise<Array<{ object_type: string; object_id: string }>> {
+  return db
+    .selectFrom('authz_tuples')
+    .select(['object_type', 'object_id'])
+    .distinct()
+    .where('subject_type', '=', query.subjectType)
+    .where('subject_id', '=', anyOf(query.subjectIds))
+    .where('object_type', '=', anyOf(query.objectTypes))
+    .execute()
+}

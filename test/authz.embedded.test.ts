@@ -1,0 +1,363 @@
+import { readFile } from 'node:fs/promises'
+import type { KyselyPlugin } from 'kysely'
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import {
+  EmbeddedAuthorization,
+  LIST_OBJECTS_MAX_RESULTS,
+  MAX_RESOLUTION_DEPTH,
+  ResolutionDepthExceededError,
+} from '../src/authz/embedded.ts'
+import { MODEL_FILE, ModelIndex, parseModel } from '../src/authz/model.ts'
+import { AuthorizationRequestError, AuthorizationUnavailableError, type TupleKey } from '../src/authz/port.ts'
+import { authorizationContract } from './authz.contract.ts'
+import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+
+// The embedded evaluator (decisions 3) passes the authorization contract on this test file's own
+// database, and keeps what it adds of its own: OpenFGA's depth limit, termination on cycles, model
+// checks on writes, one query per lookup, and correct answers over a large tuple table.
+
+let database: TestDatabase
+const db = () => database.handle.db
+
+beforeAll(async () => {
+  database = await createTestDatabase()
+})
+
+afterAll(async () => {
+  await database?.dispose()
+})
+
+const clearTuples = async () => {
+  await db().deleteFrom('authz_tuples').execute()
+}
+
+authorizationContract('embedded', async (dsl) => {
+  const port = new EmbeddedAuthorization(db(), new ModelIndex(parseModel(dsl)))
+  return { port, reset: clearTuples, close: () => port.close() }
+})
+
+const tuple = (user: string, relation: string, object: string): TupleKey => ({ user, relation, object })
+
+const embedded = (dsl: string, executor = db()) =>
+  new EmbeddedAuthorization(executor, new ModelIndex(parseModel(dsl)))
+
+const FOLDERS = `model
+  schema 1.1
+type user
+type group
+  relations
+    define member: [user, group#member]
+type folder
+  relations
+    define parent: [folder]
+    define viewer: [user] or viewer from parent
+type document
+  relations
+    define viewer: [user]
+    define blocked: [user, group#member]
+    define can_read: viewer but not blocked
+`
+
+/** A Kysely instance over the test database that counts the queries it runs. */
+function countingQueries() {
+  const counter = { queries: 0 }
+  const plugin: KyselyPlugin = {
+    transformQuery(args) {
+      counter.queries++
+      return args.node
+    },
+    async transformResult(args) {
+      return args.result
+    },
+  }
+  return { db: db().withPlugin(plugin), counter }
+}
+
+describe('embedded authorization evaluator', () => {
+  beforeEach(clearTuples)
+
+  describe('resolution depth', () => {
+    /** folder:f0's parent is folder:f1, whose parent is folder:f2, and so on. */
+    const chain = (length: number) =>
+      Array.from({ length: length - 1 }, (_, i) => tuple(`folder:f${i + 1}`, 'parent', `folder:f${i}`))
+
+    it(`answers within ${MAX_RESOLUTION_DEPTH} nested resolutions, as OpenFGA`, async () => {
+      const port = embedded(FOLDERS)
+      await port.write(
+        [...chain(40), tuple('user:anne', 'viewer', `folder:f${MAX_RESOLUTION_DEPTH - 1}`)],
+        [],
+      )
+      expect(await port.check(tuple('user:anne', 'viewer', 'folder:f0'))).toBe(true)
+      // Found before the depth runs out, however long the chain beyond.
+      await port.write([tuple('user:bob', 'viewer', 'folder:f3')], [])
+      expect(await port.check(tuple('user:bob', 'viewer', 'folder:f0'))).toBe(true)
+    })
+
+    it('fails closed, as unavailable, when a check needs more nested resolutions', async () => {
+      const port = embedded(FOLDERS)
+      await port.write([...chain(40), tuple('user:anne', 'viewer', `folder:f${MAX_RESOLUTION_DEPTH}`)], [])
+      const check = port.check(tuple('user:anne', 'viewer', 'folder:f0'))
+      await expect(check).rejects.toThrow(ResolutionDepthExceededError)
+      await expect(check).rejects.toThrow(AuthorizationUnavailableError)
+      await expect(port.check(tuple('user:nobody', 'viewer', 'folder:f0'))).rejects.toThrow(
+        ResolutionDepthExceededError,
+      )
+      // Started nearer to the tuples, the same checks fit within the depth.
+      expect(await port.check(tuple('user:anne', 'viewer', 'folder:f15'))).toBe(true)
+      expect(await port.check(tuple('user:nobody', 'viewer', 'folder:f30'))).toBe(false)
+    })
+  })
+
+  describe('cycles', () => {
+    it('terminates on a self-referencing group and on a ring of groups', async () => {
+      const port = embedded(FOLDERS)
+      const ring = Array.from({ length: 10 }, (_, i) =>
+        tuple(`group:g${(i + 1) % 10}#member`, 'member', `group:g${i}`),
+      )
+      await port.write([tuple('group:self#member', 'member', 'group:self'), ...ring], [])
+      expect(await port.check(tuple('user:zed', 'member', 'group:self'))).toBe(false)
+      expect(await port.check(tuple('user:zed', 'member', 'group:g0'))).toBe(false)
+      await port.write([tuple('user:anne', 'member', 'group:g7')], [])
+      const answers = await port.batchCheck(
+        Array.from({ length: 10 }, (_, i) => tuple('user:anne', 'member', `group:g${i}`)),
+      )
+      expect(answers).toEqual(Array(10).fill(true))
+      expect(await port.listObjects({ user: 'user:anne', relation: 'member', type: 'group' })).toHaveLength(
+        10,
+      )
+    })
+
+    it('terminates on a parent loop, in checks and in lists', async () => {
+      const port = embedded(FOLDERS)
+      await port.write(
+        [
+          tuple('folder:a', 'parent', 'folder:b'),
+          tuple('folder:b', 'parent', 'folder:c'),
+          tuple('folder:c', 'parent', 'folder:a'),
+        ],
+        [],
+      )
+      expect(await port.check(tuple('user:anne', 'viewer', 'folder:a'))).toBe(false)
+      expect(await port.listObjects({ user: 'user:anne', relation: 'viewer', type: 'folder' })).toEqual([])
+      await port.write([tuple('user:anne', 'viewer', 'folder:b')], [])
+      expect(
+        await port.batchCheck([
+          tuple('user:anne', 'viewer', 'folder:a'),
+          tuple('user:anne', 'viewer', 'folder:b'),
+          tuple('user:anne', 'viewer', 'folder:c'),
+        ]),
+      ).toEqual([true, true, true])
+    })
+
+    it('evaluates an exclusion whose subtraction runs through a cycle', async () => {
+      const port = embedded(FOLDERS)
+      await port.write(
+        [
+          tuple('group:a#member', 'member', 'group:b'),
+          tuple('group:b#member', 'member', 'group:a'),
+          tuple('group:a#member', 'blocked', 'document:plan'),
+          tuple('user:anne', 'viewer', 'document:plan'),
+          tuple('user:bob', 'viewer', 'document:plan'),
+          tuple('user:bob', 'member', 'group:b'),
+        ],
+        [],
+      )
+      expect(await port.check(tuple('user:anne', 'can_read', 'document:plan'))).toBe(true)
+      expect(await port.check(tuple('user:bob', 'can_read', 'document:plan'))).toBe(false)
+    })
+  })
+
+  describe('writes', () => {
+    const count = async () =>
+      Number(
+        (
+          await db()
+            .selectFrom('authz_tuples')
+            .select((eb) => eb.fn.countAll().as('n'))
+            .executeTakeFirstOrThrow()
+        ).n,
+      )
+
+    it('rejects malformed tuples and changes nothing', async () => {
+      const port = embedded(FOLDERS)
+      await port.write([tuple('user:anne', 'viewer', 'document:plan')], [])
+      for (const bad of [
+        tuple('user', 'viewer', 'document:plan'),
+        tuple('user:anne', 'viewer', 'document'),
+        tuple('user:anne', 'viewer', 'document:*'),
+        tuple('user:*#member', 'member', 'group:a'),
+        tuple('user:anne', 'viewer', 'document:has space'),
+        tuple('user:anne', 'viewer', 'document:a#b'),
+        tuple('user:anne', 'view er', 'document:plan'),
+        tuple('user:anne', 'viewer', `document:${'x'.repeat(300)}`),
+        tuple('group:a#nothing', 'member', 'group:b'),
+      ]) {
+        await expect(
+          port.write([tuple('user:bob', 'viewer', 'document:plan'), bad], []),
+          JSON.stringify(bad),
+        ).rejects.toThrow(AuthorizationRequestError)
+      }
+      expect(await count()).toBe(1)
+    })
+
+    it('rejects a tuple written and deleted in one call', async () => {
+      const port = embedded(FOLDERS)
+      const anne = tuple('user:anne', 'viewer', 'document:plan')
+      await expect(port.write([anne], [anne])).rejects.toThrow(AuthorizationRequestError)
+      expect(await count()).toBe(0)
+    })
+
+    it('deletes a tuple the model no longer admits, and ignores it in checks until then', async () => {
+      // Written under an older model: a wildcard and a userset that FOLDERS' document#viewer does not admit.
+      await db()
+        .insertInto('authz_tuples')
+        .values({
+          object_type: 'document',
+          object_id: 'plan',
+          relation: 'viewer',
+          subject_type: 'group',
+          subject_id: 'x',
+          subject_relation: 'owner',
+        })
+        .execute()
+      await db()
+        .insertInto('authz_tuples')
+        .values({
+          object_type: 'document',
+          object_id: 'plan',
+          relation: 'viewer',
+          subject_type: 'user',
+          subject_id: '*',
+        })
+        .execute()
+      const port = embedded(FOLDERS)
+      expect(await port.check(tuple('user:anne', 'viewer', 'document:plan'))).toBe(false)
+      await port.write(
+        [],
+        [tuple('user:*', 'viewer', 'document:plan'), tuple('group:x#owner', 'viewer', 'document:plan')],
+      )
+      expect(await count()).toBe(0)
+    })
+
+    it('stops answering once closed', async () => {
+      const port = embedded(FOLDERS)
+      await port.ready()
+      await port.close()
+      await expect(port.check(tuple('user:anne', 'viewer', 'document:plan'))).rejects.toThrow(
+        AuthorizationUnavailableError,
+      )
+      await expect(port.ready()).rejects.toThrow(AuthorizationUnavailableError)
+    })
+  })
+
+  describe('queries', () => {
+    it('makes one query per lookup in a check', async () => {
+      const model = await readFile(MODEL_FILE, 'utf8')
+      await embedded(model).write(
+        [
+          tuple('user:mia', 'member', 'organization:acme'),
+          tuple('organization:acme', 'owner_organization', 'purchase_request:pr-1'),
+        ],
+        [],
+      )
+      const { db: counted, counter } = countingQueries()
+      const port = embedded(model, counted)
+      // owner_organization of pr-1; member of acme.
+      expect(await port.check(tuple('user:mia', 'can_view', 'purchase_request:pr-1'))).toBe(true)
+      expect(counter.queries).toBe(2)
+      // ... and admin of acme, for someone who is no member.
+      counter.queries = 0
+      expect(await port.check(tuple('user:gus', 'can_view', 'purchase_request:pr-1'))).toBe(false)
+      expect(counter.queries).toBe(3)
+    })
+
+    it('merges the lookups of the checks of a batch', async () => {
+      const model = await readFile(MODEL_FILE, 'utf8')
+      const requests = Array.from({ length: 200 }, (_, i) => `purchase_request:pr-${i}`)
+      await embedded(model).write(
+        [
+          tuple('user:ada', 'admin', 'organization:acme'),
+          ...requests.map((object) => tuple('organization:acme', 'owner_organization', object)),
+        ],
+        [],
+      )
+      const { db: counted, counter } = countingQueries()
+      const port = embedded(model, counted)
+      const answers = await port.batchCheck(requests.map((object) => tuple('user:ada', 'can_edit', object)))
+      expect(answers).toEqual(Array(200).fill(true))
+      expect(counter.queries).toBe(2)
+      counter.queries = 0
+      expect(
+        await port.listObjects({ user: 'user:ada', relation: 'can_view', type: 'purchase_request' }),
+      ).toHaveLength(200)
+      // The walk from ada (2 levels), then owner_organization, member and admin for all 200 at once.
+      expect(counter.queries).toBe(5)
+    })
+  })
+
+  describe('a large tuple table', () => {
+    const ORGANIZATIONS = 500
+    const MEMBERS = 20
+    const REQUESTS = 180
+
+    it(`answers correctly over ${(ORGANIZATIONS * (MEMBERS + REQUESTS)).toLocaleString('en')} tuples`, async () => {
+      const model = await readFile(MODEL_FILE, 'utf8')
+      const port = embedded(model)
+      const tuples: TupleKey[] = []
+      for (let o = 0; o < ORGANIZATIONS; o++) {
+        for (let m = 0; m < MEMBERS; m++) {
+          tuples.push(tuple(`user:u${o}-${m}`, m === 0 ? 'admin' : 'member', `organization:o${o}`))
+        }
+        for (let r = 0; r < REQUESTS; r++) {
+          tuples.push(tuple(`organization:o${o}`, 'owner_organization', `purchase_request:p${o}-${r}`))
+        }
+      }
+      expect(tuples).toHaveLength(100_000)
+      await port.write(tuples, [])
+
+      expect(await port.check(tuple('user:u7-3', 'can_view', 'purchase_request:p7-99'))).toBe(true)
+      expect(await port.check(tuple('user:u7-3', 'can_edit', 'purchase_request:p7-99'))).toBe(false)
+      expect(await port.check(tuple('user:u7-0', 'can_edit', 'purchase_request:p7-99'))).toBe(true)
+      expect(await port.check(tuple('user:u8-3', 'can_view', 'purchase_request:p7-99'))).toBe(false)
+      expect(await port.check(tuple('user:u8-0', 'can_edit', 'purchase_request:p7-99'))).toBe(false)
+
+      const sample = Array.from({ length: 1000 }, (_, i) => ({
+        user: `user:u${(i * 7) % ORGANIZATIONS}-${i % MEMBERS}`,
+        organization: (i * 7) % ORGANIZATIONS,
+        owner: (i * 13) % ORGANIZATIONS,
+        request: i % REQUESTS,
+      }))
+      const answers = await port.batchCheck(
+        sample.map((s) => tuple(s.user, 'can_view', `purchase_request:p${s.owner}-${s.request}`)),
+      )
+      expect(answers).toEqual(sample.map((s) => s.organization === s.owner))
+
+      const listed = await port.listObjects({
+        user: 'user:u42-5',
+        relation: 'can_view',
+        type: 'purchase_request',
+      })
+      expect(listed).toHaveLength(REQUESTS)
+      expect(listed.every((object) => object.startsWith('purchase_request:p42-'))).toBe(true)
+      expect(
+        await port.listObjects({ user: 'user:u42-5', relation: 'can_edit', type: 'purchase_request' }),
+      ).toEqual([])
+    })
+
+    it(`caps a list at ${LIST_OBJECTS_MAX_RESULTS} objects, as OpenFGA`, async () => {
+      const model = await readFile(MODEL_FILE, 'utf8')
+      const port = embedded(model)
+      const owned = Array.from({ length: LIST_OBJECTS_MAX_RESULTS + 200 }, (_, i) =>
+        tuple('organization:big', 'owner_organization', `purchase_request:r${i}`),
+      )
+      await port.write([tuple('user:mia', 'member', 'organization:big'), ...owned], [])
+      const listed = await port.listObjects({
+        user: 'user:mia',
+        relation: 'can_view',
+        type: 'purchase_request',
+      })
+      expect(listed).toHaveLength(LIST_OBJECTS_MAX_RESULTS)
+      expect(new Set(listed).size).toBe(LIST_OBJECTS_MAX_RESULTS)
+    })
+  })
+})
