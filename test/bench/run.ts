@@ -11,6 +11,8 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as delay } from 'node:timers/promises'
 import autocannon from 'autocannon'
+import { sql } from 'kysely'
+import { openPGlite, openPostgres } from '../../src/db/database.ts'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode } from '../helpers/process.ts'
 import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
@@ -97,6 +99,29 @@ async function measure(scenario: Scenario, baseUrl: string, pid: number, seed: S
   }
 }
 
+const TUPLES = Number(process.env.BENCH_TUPLES ?? 100_000)
+const OWNED_OBJECT = 'bench-owned'
+
+/**
+ * Fills the authorization tuples table (the embedded evaluator's store) before the service
+ * starts: TUPLES ownership tuples over 1,000 other organizations, plus one object owned by the
+ * bench organization, so permission checks run against a realistic table.
+ */
+async function seedTuples(url: string | undefined, dataDir: string, organizationId: string) {
+  const handle = url ? openPostgres(url, { poolSize: 1 }) : await openPGlite(path.join(dataDir, 'pglite'))
+  try {
+    await sql`
+      insert into authz_tuples (object_type, object_id, relation, subject_type, subject_id, subject_relation)
+      select 'purchase_request', 'pr-' || g, 'owner_organization', 'organization', 'org-' || (g % 1000), ''
+      from generate_series(1, ${TUPLES}::int) g
+      union all
+      select 'purchase_request', ${OWNED_OBJECT}, 'owner_organization', 'organization', ${organizationId}, ''
+    `.execute(handle.db)
+  } finally {
+    await handle.close()
+  }
+}
+
 async function main() {
   const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-bench-'))
   const serverUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL
@@ -145,7 +170,8 @@ async function main() {
   ).done
   const { rawKey } = JSON.parse(key.stdout) as { rawKey: string }
   const { clientId, clientSecret } = JSON.parse(client.stdout) as { clientId: string; clientSecret: string }
-  const seed: Seed = { apiKey: rawKey, clientId, clientSecret }
+  await seedTuples(serverUrl ? databaseUrl(serverUrl, benchDb) : undefined, dataDir, organizationId)
+  const seed: Seed = { apiKey: rawKey, clientId, clientSecret, ownedObjectId: OWNED_OBJECT }
   const bare = await start('test/bench/bare-server.ts', {})
   const app = await start('src/server.ts', appEnv)
   const rows: Row[] = []
@@ -164,7 +190,7 @@ async function main() {
   const baseline = rows[0]?.rps ?? 1
   const database = serverUrl ? 'PostgreSQL' : 'embedded PGlite'
   process.stdout.write(
-    `\nnpm run bench: ${duration}s per scenario, ${connections} connections, ${database}, Node ${process.version}\n\n`,
+    `\nnpm run bench: ${duration}s per scenario, ${connections} connections, ${database}, ${TUPLES} authorization tuples, Node ${process.version}\n\n`,
   )
   process.stdout.write('| scenario | req/s | p50 ms | p99 ms | peak RSS MB | ratio to bare | unexpected |\n')
   process.stdout.write('|---|---:|---:|---:|---:|---:|---:|\n')

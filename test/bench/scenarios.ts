@@ -16,6 +16,8 @@ export interface Seed {
   apiKey: string
   clientId: string
   clientSecret: string
+  /** A purchase_request object owned by the bench user's organization (tuple seeded directly). */
+  ownedObjectId: string
 }
 
 /** The user `npm run bench` seeds (through the CLI) before starting the service. */
@@ -94,6 +96,33 @@ export const scenarios: Scenario[] = [
       })
       const { accessToken } = (await res.json()) as { accessToken: string }
       return { headers: { authorization: `Bearer ${accessToken}` } }
+    },
+  },
+  {
+    name: 'POST /api/authz/check, allowed (user → member → owner organization), embedded evaluator',
+    target: 'app',
+    path: '/api/authz/check',
+    method: 'POST',
+    expectStatus: 200,
+    prepare: async (baseUrl, seed) => {
+      const cookie = `access_token=${(await login(baseUrl)).access}`
+      const body = JSON.stringify({
+        relation: 'can_view',
+        objectType: 'purchase_request',
+        objectId: seed.ownedObjectId,
+      })
+      // The user's membership tuple reaches the evaluator through the outbox: wait (bounded) for it.
+      for (let attempt = 0; attempt < 100; attempt++) {
+        const res = await fetch(`${baseUrl}/api/authz/check`, {
+          method: 'POST',
+          headers: { ...json, cookie },
+          body,
+        })
+        if (((await res.json()) as { allowed?: boolean }).allowed)
+          return { headers: { ...json, cookie }, body }
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+      throw new Error('the bench user never became a member in the authorization model')
     },
   },
   {
