@@ -1,0 +1,90 @@
+import { randomUUID } from 'node:crypto'
+import type { FastifyInstance } from 'fastify'
+import type { Kysely } from 'kysely'
+import { EmbeddedAuthorization } from '../../src/authz/embedded.ts'
+import { loadModel, ModelIndex } from '../../src/authz/model.ts'
+import type { AuthorizationPort, CheckRequest, ListObjectsRequest, TupleKey } from '../../src/authz/port.ts'
+import { enqueueTupleChanges, type TupleChange } from '../../src/authz/tuples.ts'
+import { inTransaction } from '../../src/db/database.ts'
+import type { Database } from '../../src/db/schema.ts'
+
+// An authorization port tests can break: the embedded evaluator behind a proxy whose operations
+// throw a chosen error while it is set, and which records the tuple changes it delivered.
+
+export interface PortFailures {
+  check?: Error | undefined
+  write?: Error | undefined
+  ready?: Error | undefined
+}
+
+export class SwitchablePort implements AuthorizationPort {
+  readonly inner: AuthorizationPort
+  /** Set a member to make that operation throw it; clear it to heal the server. */
+  failures: PortFailures = {}
+  /** Every write call, failed or not. */
+  attempts = 0
+  /** The changes delivered, in order: `write|delete user relation object`. */
+  readonly delivered: string[] = []
+
+  constructor(inner: AuthorizationPort) {
+    this.inner = inner
+  }
+
+  async check(request: CheckRequest): Promise<boolean> {
+    if (this.failures.check) throw this.failures.check
+    return this.inner.check(request)
+  }
+
+  async batchCheck(requests: CheckRequest[]): Promise<boolean[]> {
+    if (this.failures.check) throw this.failures.check
+    return this.inner.batchCheck(requests)
+  }
+
+  async write(writes: TupleKey[], deletes: TupleKey[]): Promise<void> {
+    this.attempts++
+    if (this.failures.write) throw this.failures.write
+    await this.inner.write(writes, deletes)
+    for (const tuple of deletes) this.delivered.push(describeChange('delete', tuple))
+    for (const tuple of writes) this.delivered.push(describeChange('write', tuple))
+  }
+
+  listObjects(request: ListObjectsRequest): Promise<string[]> {
+    return this.inner.listObjects(request)
+  }
+
+  async ready(): Promise<void> {
+    if (this.failures.ready) throw this.failures.ready
+    await this.inner.ready()
+  }
+
+  close(): Promise<void> {
+    return this.inner.close()
+  }
+}
+
+export const describeChange = (operation: 'write' | 'delete', tuple: TupleKey): string =>
+  `${operation} ${tuple.user} ${tuple.relation} ${tuple.object}`
+
+/** The embedded evaluator over `db`, behind a switchable proxy. */
+export async function switchableEmbeddedPort(db: Kysely<Database>): Promise<SwitchablePort> {
+  return new SwitchablePort(new EmbeddedAuthorization(db, new ModelIndex(await loadModel())))
+}
+
+/** Queues tuple changes in one transaction, as a service does with the change that causes them. */
+export async function queueTupleChanges(app: FastifyInstance, changes: TupleChange[]): Promise<void> {
+  await inTransaction(app.db, (trx) => enqueueTupleChanges(trx, changes, app.clock.now()))
+}
+
+/** Queues `organization:<org> owner_organization purchase_request:<new id>`; returns the id. */
+export async function queueOwnedPurchaseRequest(app: FastifyInstance, organizationId: string): Promise<string> {
+  const id = randomUUID()
+  await queueTupleChanges(app, [
+    {
+      operation: 'write',
+      subject: `organization:${organizationId}`,
+      relation: 'owner_organization',
+      object: `purchase_request:${id}`,
+    },
+  ])
+  return id
+}
