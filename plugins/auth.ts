@@ -139,10 +139,12 @@ async function authPlugin(app: FastifyInstance, options: AuthPluginOptions) {
     const principal = await resolvePrincipal(request)
     request.principal = principal
     if (!request.url.startsWith('/api/')) return
-    if (!principal && request.is404) {
+    const route = request.routeOptions.config
+    // Every /api route but the public ones needs a principal, checked here, before the body is
+    // parsed or validated (spec 4.1 rule 4); unknown /api paths too, so the route map stays hidden.
+    if (!principal && (request.is404 || !route.public)) {
       throw new AppError('AUTHENTICATION_REQUIRED', 'This endpoint requires authentication')
     }
-    const route = request.routeOptions.config
     if (principal && principal.type !== 'USER' && !route.public && !request.is404) {
       if (!route.scope || !principal.scopes.has(route.scope)) {
         throw new AppError(

@@ -41,7 +41,10 @@ type Credentials = Pick<InjectOptions, 'cookies' | 'headers'>
 
 const asSession = (session: Session): Credentials => ({ cookies: { access_token: session.access } })
 
-function check(credentials: Credentials | null, payload: Record<string, unknown>): Promise<LightMyRequestResponse> {
+function check(
+  credentials: Credentials | null,
+  payload: Record<string, unknown>,
+): Promise<LightMyRequestResponse> {
   return t.app.inject({ method: 'POST', url: '/api/authz/check', payload, ...credentials })
 }
 
@@ -69,7 +72,12 @@ async function organizationWithPurchaseRequest() {
 }
 
 async function apiKey(organizationId: string, scopes: string[]): Promise<Credentials> {
-  const key = await t.app.apiKeys.create({ organizationId, scopes, description: 'integration', expiresAt: null })
+  const key = await t.app.apiKeys.create({
+    organizationId,
+    scopes,
+    description: 'integration',
+    expiresAt: null,
+  })
   return { headers: { 'x-api-key': key.rawKey } }
 }
 
@@ -84,8 +92,9 @@ describe('POST /api/authz/check', () => {
     stranger = (await organizationWithPurchaseRequest()).admin
   })
 
-  it('requires an authenticated principal', async () => {
+  it('requires an authenticated principal, before looking at the body', async () => {
     expectProblem(await check(null, VALID), 401, 'AUTHENTICATION_REQUIRED')
+    expectProblem(await check(null, { relation: 'no such', unexpected: true }), 401, 'AUTHENTICATION_REQUIRED')
   })
 
   it("answers a user's membership of their organization once the role tuple is delivered", async () => {
@@ -137,21 +146,21 @@ describe('POST /api/authz/check', () => {
     }
   })
 
-  it.each([
-    'a#member',
-    'organization:x',
-    'two words',
-    ' leading',
-    '*',
-    '',
-  ])('refuses the object id %j', async (objectId) => {
-    const res = await check(home.member, { ...VALID, objectId })
-    expectProblem(res, 400, 'VALIDATION_FAILED')
-    expect(res.json().errors.map((e: { path: string }) => e.path)).toEqual(['body.objectId'])
-  })
+  it.each(['a#member', 'organization:x', 'two words', ' leading', '*', ''])(
+    'refuses the object id %j',
+    async (objectId) => {
+      const res = await check(home.member, { ...VALID, objectId })
+      expectProblem(res, 400, 'VALIDATION_FAILED')
+      expect(res.json().errors.map((e: { path: string }) => e.path)).toEqual(['body.objectId'])
+    },
+  )
 
   it('refuses missing fields and fields it does not know', async () => {
-    expectProblem(await check(home.member, { relation: 'member', objectType: 'organization' }), 400, 'VALIDATION_FAILED')
+    expectProblem(
+      await check(home.member, { relation: 'member', objectType: 'organization' }),
+      400,
+      'VALIDATION_FAILED',
+    )
     expectProblem(await check(home.member, { ...VALID, user: 'user:someone-else' }), 400, 'VALIDATION_FAILED')
   })
 
@@ -166,7 +175,6 @@ describe('POST /api/authz/check', () => {
 
   it('refuses an API key without the authz:check scope with 403 INSUFFICIENT_SCOPE', async () => {
     const key = await apiKey(home.organizationId, ['purchase_requests:read', 'files:read'])
-    await deliver()
     expectProblem(await check(key, VALID), 403, 'INSUFFICIENT_SCOPE')
   })
 
@@ -183,14 +191,21 @@ describe('POST /api/authz/check', () => {
     })
     expect(token.statusCode).toBe(200)
     const bearer = { headers: { authorization: `Bearer ${token.json().accessToken}` } }
-    const res = await check(bearer, { relation: 'can_view', objectType: 'purchase_request', objectId: home.purchaseRequest })
+    const res = await check(bearer, {
+      relation: 'can_view',
+      objectType: 'purchase_request',
+      objectId: home.purchaseRequest,
+    })
     expect({ status: res.statusCode, body: res.json() }).toEqual({ status: 200, body: { allowed: false } })
   })
 
   describe('fails closed', () => {
     it.each([
       ['unavailable', new AuthorizationUnavailableError('connect ECONNREFUSED 127.0.0.1:8080')],
-      ['failing with any other error', new TypeError("Cannot read properties of undefined (reading 'allowed')")],
+      [
+        'failing with any other error',
+        new TypeError("Cannot read properties of undefined (reading 'allowed')"),
+      ],
     ])('answers 503 SERVICE_UNAVAILABLE with Retry-After when the server is %s', async (_, error) => {
       port.failures.check = error
       const res = await check(home.admin, {
@@ -224,6 +239,5 @@ describe('POST /api/authz/check', () => {
       { bearerAuth: ['authz:check'] },
       { apiKey: ['authz:check'] },
     ])
-    expect(Object.keys(operation.responses)).not.toContain('403x')
   })
 })

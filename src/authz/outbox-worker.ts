@@ -75,6 +75,9 @@ export class AuthzOutboxWorker {
     try {
       for (;;) {
         const now = clock.now()
+        // Renewed before every batch: a run that outlives its lease stops rather than race another
+        // instance that has taken the lease over.
+        if (!(await this.#acquireLease(now))) break
         const pending = await db
           .selectFrom('authz_outbox')
           .selectAll()
@@ -99,18 +102,28 @@ export class AuthzOutboxWorker {
             batch.filter((r) => r.operation === 'write').map(tupleKey),
             batch.filter((r) => r.operation === 'delete').map(tupleKey),
           )
-          await db.updateTable('authz_outbox').set({ processed_at: now }).where('id', 'in', ids).execute()
+          await db
+            .updateTable('authz_outbox')
+            .set({ processed_at: now, last_error: null })
+            .where('id', 'in', ids)
+            .execute()
           applied += batch.length
-        } catch (error) {
-          if (error instanceof AuthorizationRequestError && batch.length > 1) {
-            // Find the offending change: deliver one at a time.
-            const single = await this.#deliverOneByOne(batch, now)
-            applied += single
-            continue
-          }
+        } catch (caught) {
+          let error = caught as Error
           if (error instanceof AuthorizationRequestError) {
-            await this.#setAside(head.id, error, now)
-            continue
+            if (batch.length === 1) {
+              await this.#setAside(head.id, error, now)
+              continue
+            }
+            // Find the offending change: deliver one at a time; a server failure on the way backs off below.
+            const single = await this.#deliverOneByOne(batch, now).catch(
+              (failure: unknown) => failure as Error,
+            )
+            if (typeof single === 'number') {
+              applied += single
+              continue
+            }
+            error = single
           }
           const delay = Math.min(1000 * 2 ** head.attempts, MAX_BACKOFF_MS)
           await db

@@ -76,7 +76,10 @@ export async function queueTupleChanges(app: FastifyInstance, changes: TupleChan
 }
 
 /** Queues `organization:<org> owner_organization purchase_request:<new id>`; returns the id. */
-export async function queueOwnedPurchaseRequest(app: FastifyInstance, organizationId: string): Promise<string> {
+export async function queueOwnedPurchaseRequest(
+  app: FastifyInstance,
+  organizationId: string,
+): Promise<string> {
   const id = randomUUID()
   await queueTupleChanges(app, [
     {
