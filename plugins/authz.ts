@@ -8,10 +8,7 @@ import { EmbeddedAuthorization } from '../src/authz/embedded.ts'
 import { loadModel, ModelIndex } from '../src/authz/model.ts'
 import { OpenFgaAuthorization } from '../src/authz/openfga.ts'
 import { AuthzOutboxWorker } from '../src/authz/outbox-worker.ts'
-import {
-  type AuthorizationPort,
-  AuthorizationRequestError,
-} from '../src/authz/port.ts'
+import { type AuthorizationPort, AuthorizationRequestError } from '../src/authz/port.ts'
 import { ConfigError } from '../src/config.ts'
 import { AppError } from '../src/errors.ts'
 import type { Principal } from '../src/principal.ts'

@@ -43,6 +43,11 @@ async function docsPlugin(app: FastifyInstance) {
         },
         { name: 'users', description: 'Account administration by organization admins' },
         { name: 'authorization', description: 'Relationship-based permission checks' },
+        { name: 'configuration', description: 'Per-organization runtime configuration' },
+        {
+          name: 'purchase-requests',
+          description: 'The example resource (excluded from the generated frontend client)',
+        },
         { name: 'operations', description: 'Health and metrics' },
       ],
     },

@@ -34,6 +34,11 @@ const GENERIC_CODES: Record<number, ErrorCode> = {
 
 const MALFORMED_BODY_CODES = new Set(['FST_ERR_CTP_EMPTY_JSON_BODY', 'FST_ERR_CTP_INVALID_JSON_BODY'])
 
+const isInvalidData = (error: FastifyError) =>
+  typeof (error as { code?: unknown }).code === 'string' &&
+  /^22[0-9A-Z]{3}$/.test(error.code) &&
+  'severity' in error
+
 function validationErrors(error: FastifyError): { path: string; message: string }[] {
   const context = error.validationContext ?? 'body'
   return ((error.validation ?? []) as ValidationIssue[]).map((issue) => {
@@ -80,6 +85,10 @@ function classify(error: FastifyError): Rendered {
   }
   if (MALFORMED_BODY_CODES.has(error.code) || (error.statusCode === 400 && error instanceof SyntaxError)) {
     return { code: 'MALFORMED_JSON', status: 400, detail: 'The request body is not valid JSON' }
+  }
+  if (isInvalidData(error)) {
+    // SQLSTATE class 22 (data exception): a value the database cannot store, such as a NUL character.
+    return { code: 'BAD_REQUEST', status: 400, detail: 'The request contains a value that cannot be stored' }
   }
   if (isDatabaseUnavailable(error)) {
     return {

@@ -15,10 +15,15 @@ import errorsPlugin from '../plugins/errors.ts'
 import healthPlugin from '../plugins/health.ts'
 import mailPlugin from '../plugins/mail.ts'
 import metricsPlugin from '../plugins/metrics.ts'
+import organizationConfigPlugin from '../plugins/organization-config.ts'
+import storagePlugin from '../plugins/storage.ts'
 import tenantPlugin from '../plugins/tenant.ts'
 import accountRoutes from '../routes/auth/account.ts'
 import authRoutes from '../routes/auth/index.ts'
 import authzRoutes from '../routes/authz/index.ts'
+import filesRoutes from '../routes/files/index.ts'
+import organizationsRoutes from '../routes/organizations/index.ts'
+import purchaseRequestRoutes from '../routes/purchase-requests/index.ts'
 import usersRoutes from '../routes/users/index.ts'
 import type { AuthorizationPort } from './authz/port.ts'
 import { type Clock, systemClock } from './clock.ts'
@@ -30,6 +35,7 @@ import type { MailTransport } from './mail/transports.ts'
 import type { PasswordResetHandler } from './services/account-management.ts'
 import type { CredentialAuthenticator } from './services/authentication.ts'
 import type { SessionVersionProvider } from './services/session-version.ts'
+import type { ObjectStore } from './storage/port.ts'
 
 export interface AppDependencies {
   clock?: Clock
@@ -55,6 +61,8 @@ export interface AppDependencies {
   authorization?: AuthorizationPort
   /** false: the authorization outbox worker does not poll (CLI; tests drive `app.authz.outbox.runOnce()`). */
   startAuthzWorker?: boolean
+  /** An object store the caller owns (tests); otherwise S3 at platform.storage.s3.endpoint. */
+  objectStore?: ObjectStore
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -141,6 +149,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(backgroundPlugin)
   await app.register(mailPlugin, { transport: deps.mailTransport, startWorker: deps.startMailWorker ?? true })
   await app.register(authzPlugin, { port: deps.authorization, startWorker: deps.startAuthzWorker ?? true })
+  await app.register(storagePlugin, { store: deps.objectStore })
   await app.register(authPlugin, {
     events: deps.events ?? new EventBus(),
     authenticator: deps.authenticator,
@@ -148,12 +157,16 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   })
   await app.register(accountsPlugin, { passwordResetHandler: deps.passwordResetHandler })
   await app.register(tenantPlugin)
+  await app.register(organizationConfigPlugin)
 
   // Routes.
   await app.register(authRoutes)
   await app.register(accountRoutes)
   await app.register(usersRoutes)
   await app.register(authzRoutes)
+  await app.register(organizationsRoutes)
+  await app.register(filesRoutes)
+  await app.register(purchaseRequestRoutes)
 
   return app
 }

@@ -10,6 +10,7 @@ import { developmentSecret } from './dev-secret.ts'
 import { AppError } from './errors.ts'
 import { createAccount } from './services/accounts.ts'
 import { createOrganization } from './services/organizations.ts'
+import { startEmbeddedStorage } from './storage/embedded-s3.ts'
 
 interface Command {
   usage: string
@@ -191,11 +192,13 @@ async function main(argv: string[]) {
   }
   const source = await configSource()
   source['platform.datasource.migrate-on-start'] = String(command.migrateOnStart)
-  const config = loadConfig(source)
+  let config = loadConfig(source)
   if (name === 'authz init') {
     process.stdout.write(`${JSON.stringify(await authzInit(config))}\n`)
     return
   }
+  const embeddedS3 = await startEmbeddedStorage(config)
+  if (embeddedS3) config = loadConfig({ ...source, ...embeddedS3.configSource() })
   // Mail a command queues stays in the outbox for the server's worker to send.
   const app = await buildApp(config, {
     logLevel: process.env.LOG_LEVEL ?? 'warn',
@@ -209,6 +212,7 @@ async function main(argv: string[]) {
     process.stdout.write(`${JSON.stringify(result)}\n`)
   } finally {
     await app.close()
+    await embeddedS3?.close()
   }
 }
 

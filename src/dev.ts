@@ -4,6 +4,7 @@ import { configFromEnv, loadConfig } from './config.ts'
 import { developmentSecret } from './dev-secret.ts'
 import { ensureDemoAdmin } from './dev-seed.ts'
 import { exitOnStartupError, serve } from './lifecycle.ts'
+import { startEmbeddedStorage } from './storage/embedded-s3.ts'
 
 try {
   const source = configFromEnv(process.env)
@@ -13,8 +14,12 @@ try {
   const dataDir = source['platform.data-dir'] ?? '.data'
   if (!source['platform.auth.jwt.secret'])
     source['platform.auth.jwt.secret'] = await developmentSecret(dataDir)
-  const config = loadConfig(source)
+  let config = loadConfig(source)
+  // No platform.storage.s3.endpoint: the embedded S3 server, its bucket created here (never by the service).
+  const embeddedS3 = await startEmbeddedStorage(config)
+  if (embeddedS3) config = loadConfig({ ...source, ...embeddedS3.configSource() })
   const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info' })
+  app.addHook('onClose', async () => embeddedS3?.close())
   await app.ready()
   const demo = await ensureDemoAdmin(app, dataDir)
   const address = new URL(await serve(app))
@@ -29,6 +34,8 @@ try {
       `  Interactive docs:  ${base}/docs`,
       `  OpenAPI document:  ${base}/v3/api-docs`,
       `  Database:          ${database}`,
+      `  Object storage:    ${embeddedS3 ? `embedded S3 at ${embeddedS3.endpoint}, files in ${dataDir}/s3` : config.storage.s3.endpoint} (bucket ${config.storage.s3.bucket})`,
+      `  Mail:              ${config.mail.smtp.url ? 'SMTP (platform.mail.smtp.url)' : `embedded sink, .eml files in ${dataDir}/mail`}`,
       `  Demo admin:        ${demo.email} / ${demo.password ?? '(see demo-admin.json in the data directory)'}`,
       `  Sign in:           curl -i -H 'content-type: application/json' -d '{"username":"${demo.email}","password":"…"}' ${base}/api/auth/login`,
       '',

@@ -2,10 +2,16 @@
 import { buildApp } from './app.ts'
 import { configFromEnv, loadConfig } from './config.ts'
 import { exitOnStartupError, serve } from './lifecycle.ts'
+import { startEmbeddedStorage } from './storage/embedded-s3.ts'
 
 try {
-  const config = loadConfig(configFromEnv(process.env))
+  const source = configFromEnv(process.env)
+  let config = loadConfig(source)
+  // Outside production, no platform.storage.s3.endpoint: the embedded S3 server (decisions 3).
+  const embeddedS3 = await startEmbeddedStorage(config)
+  if (embeddedS3) config = loadConfig({ ...source, ...embeddedS3.configSource() })
   const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info' })
+  app.addHook('onClose', async () => embeddedS3?.close())
   await serve(app)
 } catch (error) {
   exitOnStartupError(error)

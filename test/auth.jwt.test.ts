@@ -234,13 +234,17 @@ describe('session version (spec 5.2)', () => {
     let app: FastifyInstance
 
     beforeAll(async () => {
-      app = await buildApp(testConfig({ 'platform.datasource.migrate-on-start': 'false' }), {
-        database: t.database.handle,
-        clock: new TestClock(),
-        sessionVersionProvider,
-        logStream: new LogCapture(),
-        logLevel: 'silent',
-      })
+      // The harness's object store of the file's main app serves this one too.
+      app = await buildApp(
+        { ...testConfig({ 'platform.datasource.migrate-on-start': 'false' }), storage: t.config.storage },
+        {
+          database: t.database.handle,
+          clock: new TestClock(),
+          sessionVersionProvider,
+          logStream: new LogCapture(),
+          logLevel: 'silent',
+        },
+      )
       await app.ready()
     })
 

@@ -316,13 +316,17 @@ describe('credential authenticator extension point (spec 5.6)', () => {
       // Rate-limit counters live in the shared database; keep this app clear of the others' counts.
       'platform.auth.rate-limit.login-per-minute': '1000',
     })
-    app = await buildApp(config, {
-      database: t.database.handle,
-      clock: new TestClock(),
-      authenticator,
-      logStream: new LogCapture(),
-      logLevel: 'silent',
-    })
+    // The harness's object store of the file's main app serves this one too.
+    app = await buildApp(
+      { ...config, storage: t.config.storage },
+      {
+        database: t.database.handle,
+        clock: new TestClock(),
+        authenticator,
+        logStream: new LogCapture(),
+        logLevel: 'silent',
+      },
+    )
     await app.ready()
   })
 

@@ -94,7 +94,11 @@ describe('POST /api/authz/check', () => {
 
   it('requires an authenticated principal, before looking at the body', async () => {
     expectProblem(await check(null, VALID), 401, 'AUTHENTICATION_REQUIRED')
-    expectProblem(await check(null, { relation: 'no such', unexpected: true }), 401, 'AUTHENTICATION_REQUIRED')
+    expectProblem(
+      await check(null, { relation: 'no such', unexpected: true }),
+      401,
+      'AUTHENTICATION_REQUIRED',
+    )
   })
 
   it("answers a user's membership of their organization once the role tuple is delivered", async () => {
@@ -223,10 +227,13 @@ describe('POST /api/authz/check', () => {
       port.failures.ready = new AuthorizationUnavailableError('connect ECONNREFUSED 127.0.0.1:8080')
       const res = await t.app.inject({ method: 'GET', url: '/health/ready' })
       expectProblem(res, 503, 'SERVICE_UNAVAILABLE')
-      expect(res.json().checks).toEqual({ database: 'UP', authorization: 'DOWN' })
+      expect(res.json().checks).toEqual({ database: 'UP', authorization: 'DOWN', storage: 'UP' })
       port.failures = {}
       const healed = await t.app.inject({ method: 'GET', url: '/health/ready' })
-      expect(healed.json()).toEqual({ status: 'UP', checks: { database: 'UP', authorization: 'UP' } })
+      expect(healed.json()).toEqual({
+        status: 'UP',
+        checks: { database: 'UP', authorization: 'UP', storage: 'UP' },
+      })
     })
   })
 

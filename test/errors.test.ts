@@ -1,4 +1,5 @@
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { AppError } from '../src/errors.ts'
 import { useTestApp } from './helpers/app.ts'
@@ -27,6 +28,11 @@ const t = useTestApp({
     })
     typed.get('/test/crash', async () => {
       throw new Error('relation "secret_table" does not exist: select password_hash from accounts')
+    })
+    typed.post('/test/store', async (request) => {
+      const { value } = request.body as { value: string }
+      await sql`select ${value}::text as v`.execute(app.db)
+      return {}
     })
     typed.get('/test/db-down', async () => {
       throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' })
@@ -142,6 +148,12 @@ describe('error responses', () => {
     expect(res.body).not.toMatch(/secret_table|password_hash|at .*\.ts/)
     const logged = t.logs.records().find((r) => r.msg === 'request failed')
     expect(logged?.requestId).toBe(res.headers['x-request-id'])
+  })
+
+  it('answers a value the database cannot store (a NUL character) with 400, not 500', async () => {
+    const res = await t.app.inject({ method: 'POST', url: '/test/store', payload: { value: 'a\u0000b' } })
+    expect(res.statusCode).toBe(400)
+    expect(res.json().code).toBe('BAD_REQUEST')
   })
 
   it('answers an unreachable database with 503 SERVICE_UNAVAILABLE', async () => {

@@ -15,7 +15,10 @@ describe('health and metrics', () => {
   it('reports readiness with the database check', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/health/ready' })
     expect(res.statusCode).toBe(200)
-    expect(res.json()).toEqual({ status: 'UP', checks: { database: 'UP', authorization: 'UP' } })
+    expect(res.json()).toEqual({
+      status: 'UP',
+      checks: { database: 'UP', authorization: 'UP', storage: 'UP' },
+    })
   })
 
   it('is not ready, with 503 naming the check, when the database is down', async () => {
@@ -48,7 +51,12 @@ describe('health and metrics', () => {
     try {
       const res = await extra.app.inject({ method: 'GET', url: '/health/ready' })
       expect(res.statusCode).toBe(503)
-      expect(res.json().checks).toEqual({ database: 'UP', authorization: 'UP', mailbox: 'DOWN' })
+      expect(res.json().checks).toEqual({
+        database: 'UP',
+        authorization: 'UP',
+        storage: 'UP',
+        mailbox: 'DOWN',
+      })
     } finally {
       await extra.close()
       await database.dispose()

@@ -3,6 +3,7 @@ import { PGlite } from '@electric-sql/pglite'
 import { Kysely, PostgresDialect, type TransactionBuilder } from 'kysely'
 import pg from 'pg'
 import { type Config, ConfigError } from '../config.ts'
+import { listenPostgres } from './notifications.ts'
 import { PGliteDialect } from './pglite-dialect.ts'
 import type { Database, Tx } from './schema.ts'
 
@@ -18,6 +19,13 @@ export interface DatabaseHandle {
   readonly db: Kysely<Database>
   readonly kind: 'postgres' | 'pglite'
   stats(): PoolStats
+  /**
+   * Subscribes to NOTIFY on `channel` (sent with `notify`, src/db/notifications.ts); resolves once
+   * listening, to a function that stops. Besides payloads, `onMessage` receives LISTEN_LOST when
+   * notifications may be missed from now on and LISTEN_RESET when they flow again after a
+   * reconnect: drop every cached value on both.
+   */
+  listen(channel: string, onMessage: (payload: string) => void): Promise<() => Promise<void>>
   close(): Promise<void>
 }
 
@@ -26,7 +34,10 @@ const INT8_OID = 20
 
 export interface PostgresOptions {
   poolSize?: number
-  /** Called for errors of idle pooled clients (a server restart), which would otherwise crash the process. */
+  /**
+   * Called for errors of idle pooled clients (a server restart), which would otherwise crash the
+   * process, and of LISTEN connections (which then reconnect).
+   */
   onIdleError?: (error: Error) => void
 }
 
@@ -44,11 +55,24 @@ export function openPostgres(url: string, options: PostgresOptions = {}): Databa
   })
   pool.on('error', (error) => options.onIdleError?.(error))
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
+  const listeners = new Set<() => Promise<void>>()
   return {
     db,
     kind: 'postgres',
     stats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max }),
-    close: () => db.destroy(),
+    listen: async (channel, onMessage) => {
+      const stop = await listenPostgres(url, channel, onMessage, (error) => options.onIdleError?.(error))
+      const unlisten = async () => {
+        listeners.delete(unlisten)
+        await stop()
+      }
+      listeners.add(unlisten)
+      return unlisten
+    },
+    close: async () => {
+      await Promise.all([...listeners].map((unlisten) => unlisten()))
+      await db.destroy()
+    },
   }
 }
 
@@ -62,6 +86,15 @@ export async function openPGlite(directory?: string): Promise<DatabaseHandle> {
     db,
     kind: 'pglite',
     stats: () => ({ total: 1, idle: 1, waiting: 0, max: 1 }),
+    // PGlite is one session, so its own NOTIFYs reach it. (UN)LISTEN runs while holding the
+    // dialect's connection: issued in the middle of another caller's transaction, it would only
+    // take effect if that transaction committed.
+    listen: async (channel, onMessage) => {
+      const unlisten = await db.connection().execute(() => pglite.listen(channel, onMessage))
+      return async () => {
+        if (!pglite.closed) await db.connection().execute(() => unlisten())
+      }
+    },
     close: () => db.destroy(),
   }
 }

@@ -1,5 +1,7 @@
 import type { ColumnType, Generated, Kysely, Transaction } from 'kysely'
 import type { MailOutboxTable } from '../mail/schema.ts'
+import type { PurchaseRequestStatus } from '../services/purchase-request-workflow.ts'
+import type { FileTable } from '../storage/schema.ts'
 
 // One interface per table, assembled into `Database`. SQL is snake_case; the API maps to
 // camelCase next to each route.
@@ -141,6 +143,34 @@ export interface WorkerLeaseTable {
   lease_until: Timestamp
 }
 
+export interface PurchaseRequestTable {
+  id: string
+  organization_id: string
+  created_by: string
+  title: string
+  status: PurchaseRequestStatus
+  created_at: Timestamp
+  updated_at: Timestamp
+}
+
+export interface PurchaseRequestEventTable {
+  id: Generated<string>
+  organization_id: string
+  purchase_request_id: string
+  action: string
+  from_status: PurchaseRequestStatus
+  to_status: PurchaseRequestStatus
+  actor_id: string
+  occurred_at: Timestamp
+}
+
+export interface OrganizationConfigTable {
+  organization_id: string
+  key: string
+  value: string
+  updated_at: Timestamp
+}
+
 export interface Database {
   organizations: OrganizationTable
   accounts: AccountTable
@@ -156,6 +186,10 @@ export interface Database {
   otp_backup_codes: OtpBackupCodeTable
   known_devices: KnownDeviceTable
   worker_leases: WorkerLeaseTable
+  organization_config: OrganizationConfigTable
+  purchase_requests: PurchaseRequestTable
+  purchase_request_events: PurchaseRequestEventTable
+  files: FileTable
 }
 
 /** Anything queries can run on: the pool-backed instance or an open transaction. */

@@ -7,6 +7,7 @@ import type { Clock } from '../../src/clock.ts'
 import { type Config, type ConfigSource, loadConfig } from '../../src/config.ts'
 import { TestClock } from './clock.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
+import { startTestS3 } from './s3.ts'
 
 export const testSecret = (): string => randomBytes(32).toString('base64')
 
@@ -52,21 +53,34 @@ export interface TestAppOptions {
 /** A ready app on its own database, for `inject`. Call close() when done. */
 export async function createTestApp(options: TestAppOptions = {}): Promise<TestApp> {
   const database = options.database ?? (await createTestDatabase())
-  const config = testConfig({ 'platform.datasource.migrate-on-start': 'false', ...options.config })
+  // Every app needs an object store: an embedded S3 server of its own, unless the test gives one.
+  const s3 =
+    options.config?.['platform.storage.s3.endpoint'] || options.deps?.objectStore ? null : await startTestS3()
+  const config = testConfig({
+    'platform.datasource.migrate-on-start': 'false',
+    ...s3?.config,
+    ...options.config,
+  })
   const clock = (options.clock as TestClock | undefined) ?? new TestClock()
   const logs = new LogCapture()
-  // The outbox workers do not poll in tests: they deliver with `runOnce()`.
-  const app = await buildApp(config, {
-    startMailWorker: false,
-    startAuthzWorker: false,
-    ...options.deps,
-    database: database.handle,
-    clock,
-    logStream: logs,
-    logLevel: 'info',
-  })
-  await options.configure?.(app)
-  await app.ready()
+  let app: FastifyInstance
+  try {
+    // The outbox workers do not poll in tests: they deliver with `runOnce()`.
+    app = await buildApp(config, {
+      startMailWorker: false,
+      startAuthzWorker: false,
+      ...options.deps,
+      database: database.handle,
+      clock,
+      logStream: logs,
+      logLevel: 'info',
+    })
+    await options.configure?.(app)
+    await app.ready()
+  } catch (error) {
+    await s3?.close()
+    throw error
+  }
   return {
     app,
     database,
@@ -75,6 +89,7 @@ export async function createTestApp(options: TestAppOptions = {}): Promise<TestA
     logs,
     close: async () => {
       await app.close()
+      await s3?.close()
       if (!options.database) await database.dispose()
     },
   }

@@ -1,0 +1,100 @@
+// The generic file endpoints (spec 4.3, decisions 5): initiate an upload, confirm it, get a
+// download address, list a resource's confirmed files. Bytes never pass through the service.
+// Relations are checked on the resource the file belongs to (src/services/files.ts).
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { requireAuthentication } from '../../plugins/auth.ts'
+import { problemResponses } from '../../src/errors.ts'
+import { requirePrincipal } from '../../src/principal.ts'
+import {
+  DownloadUrl,
+  FileList,
+  FileParams,
+  FileRecord,
+  InitiatedUpload,
+  InitiateUploadRequest,
+  ListFilesQuery,
+  toFileRecord,
+} from './schemas.ts'
+
+const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.addHook('onRequest', requireAuthentication)
+
+  app.post(
+    '/api/storage/files',
+    {
+      config: { scope: 'files:write' },
+      schema: {
+        tags: ['files'],
+        operationId: 'initiateUpload',
+        summary: 'Start an upload: returns a pre-signed PUT address; needs can_edit on the resource',
+        body: InitiateUploadRequest,
+        response: { 201: InitiatedUpload, ...problemResponses(400, 401, 403, 503) },
+      },
+    },
+    async (request, reply) => {
+      const upload = await app.files.initiate(requirePrincipal(request), request.body)
+      return reply.code(201).send({
+        fileId: upload.file.id,
+        uploadUrl: upload.uploadUrl,
+        expiresAt: upload.expiresAt.toISOString(),
+        uploadHeaders: upload.uploadHeaders,
+      })
+    },
+  )
+
+  app.post(
+    '/api/storage/files/:fileId/confirm',
+    {
+      config: { scope: 'files:write' },
+      schema: {
+        tags: ['files'],
+        operationId: 'confirmUpload',
+        summary:
+          'Confirm an upload once the bytes are stored: CONFIRMED with its size (idempotent); 409 UPLOAD_NOT_FOUND before they are',
+        params: FileParams,
+        response: { 200: FileRecord, ...problemResponses(401, 403, 404, 409, 413, 503) },
+      },
+    },
+    async (request) =>
+      toFileRecord(await app.files.confirm(requirePrincipal(request), request.params.fileId)),
+  )
+
+  app.get(
+    '/api/storage/files/:fileId/download-url',
+    {
+      config: { scope: 'files:read' },
+      schema: {
+        tags: ['files'],
+        operationId: 'getDownloadUrl',
+        summary: 'A pre-signed download address of a confirmed file; needs can_view on the resource',
+        params: FileParams,
+        response: { 200: DownloadUrl, ...problemResponses(401, 403, 404, 503) },
+      },
+    },
+    async (request) => {
+      const { url, expiresAt } = await app.files.downloadUrl(requirePrincipal(request), request.params.fileId)
+      return { downloadUrl: url, expiresAt: expiresAt.toISOString() }
+    },
+  )
+
+  app.get(
+    '/api/storage/files',
+    {
+      config: { scope: 'files:read' },
+      schema: {
+        tags: ['files'],
+        operationId: 'listFiles',
+        summary: "A resource's confirmed files, oldest first; needs can_view on the resource",
+        querystring: ListFilesQuery,
+        response: { 200: FileList, ...problemResponses(400, 401, 403, 503) },
+      },
+    },
+    async (request) => {
+      const { resourceType, resourceId } = request.query
+      const files = await app.files.list(requirePrincipal(request), resourceType, resourceId)
+      return { items: files.map(toFileRecord) }
+    },
+  )
+}
+
+export default filesRoutes

@@ -1,0 +1,181 @@
+// The example resource (spec 4.5): purchase requests with a workflow, audit history, keyset
+// paging and attachments through the generic file endpoints. This file is the template for
+// adding a resource (README, "Adding a resource").
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { AppError, problemResponses } from '../../src/errors.ts'
+import { requirePrincipal } from '../../src/principal.ts'
+import type {
+  PageKey,
+  PurchaseRequestEventRow,
+  PurchaseRequestRow,
+} from '../../src/repositories/purchase-requests.ts'
+import { PurchaseRequests } from '../../src/services/purchase-requests.ts'
+import {
+  CreatePurchaseRequest,
+  History,
+  ListQuery,
+  PurchaseRequest,
+  type PurchaseRequestBody,
+  PurchaseRequestPage,
+  PurchaseRequestParams,
+} from './schemas.ts'
+
+/** The one mapping from the table's row to the API's shape. */
+export function toPurchaseRequest(row: PurchaseRequestRow): PurchaseRequestBody {
+  return {
+    id: row.id,
+    organizationId: row.organization_id,
+    createdBy: row.created_by,
+    title: row.title,
+    status: row.status,
+    createdAt: row.created_at.toISOString(),
+    updatedAt: row.updated_at.toISOString(),
+  }
+}
+
+const toHistoryEntry = (row: PurchaseRequestEventRow) => ({
+  action: row.action,
+  fromStatus: row.from_status,
+  toStatus: row.to_status,
+  actorId: row.actor_id,
+  occurredAt: row.occurred_at.toISOString(),
+})
+
+const encodeCursor = (key: PageKey) =>
+  Buffer.from(JSON.stringify([key.createdAt.toISOString(), key.id])).toString('base64url')
+
+function decodeCursor(cursor: string): PageKey {
+  try {
+    const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string]
+    const date = new Date(createdAt)
+    if (typeof id !== 'string' || !/^[0-9a-f-]{36}$/.test(id) || Number.isNaN(date.getTime()))
+      throw new Error()
+    const key = { createdAt: date, id }
+    // Only a cursor exactly as this API wrote it is accepted.
+    if (encodeCursor(key) !== cursor) throw new Error()
+    return key
+  } catch {
+    throw new AppError('VALIDATION_FAILED', 'The cursor is not one this API returned', {
+      extensions: { errors: [{ path: 'querystring.cursor', message: 'is not a valid cursor' }] },
+    })
+  }
+}
+
+const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.addSchema(PurchaseRequest)
+  // Attachments go through the generic file endpoints with resourceType purchase_request.
+  app.files.registerResourceType('purchase_request', { objectType: 'purchase_request' })
+  const service = new PurchaseRequests({
+    db: app.db,
+    clock: app.clock,
+    permissions: {
+      check: app.authz.check,
+      require: app.authz.require,
+      deliverQueued: () => app.authz.outbox.kick(),
+    },
+  })
+  const read = { scope: 'purchase_requests:read' } as const
+  const write = { scope: 'purchase_requests:write' } as const
+  const tags = ['purchase-requests']
+  const one = { 200: PurchaseRequest, ...problemResponses(401, 403, 404, 409) }
+
+  app.post(
+    '/api/purchase-requests',
+    {
+      config: write,
+      schema: {
+        tags,
+        operationId: 'createPurchaseRequest',
+        summary: "Create a DRAFT purchase request in the caller's organization",
+        body: CreatePurchaseRequest,
+        response: { 201: PurchaseRequest, ...problemResponses(401, 403) },
+      },
+    },
+    async (request, reply) => {
+      const row = await service.create(requirePrincipal(request), request.body)
+      return reply.code(201).send(toPurchaseRequest(row))
+    },
+  )
+
+  app.get(
+    '/api/purchase-requests',
+    {
+      config: read,
+      schema: {
+        tags,
+        operationId: 'listPurchaseRequests',
+        summary: "The caller's organization's purchase requests, newest first (keyset paging)",
+        querystring: ListQuery,
+        response: { 200: PurchaseRequestPage, ...problemResponses(401, 403) },
+      },
+    },
+    async (request) => {
+      const { limit, cursor, status } = request.query
+      const page = await service.list(requirePrincipal(request), {
+        limit,
+        status,
+        after: cursor ? decodeCursor(cursor) : undefined,
+      })
+      return {
+        items: page.items.map(toPurchaseRequest),
+        nextCursor: page.next ? encodeCursor(page.next) : null,
+      }
+    },
+  )
+
+  app.get(
+    '/api/purchase-requests/:id',
+    {
+      config: read,
+      schema: {
+        tags,
+        operationId: 'getPurchaseRequest',
+        summary: 'One purchase request (needs can_view)',
+        params: PurchaseRequestParams,
+        response: { 200: PurchaseRequest, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request) => toPurchaseRequest(await service.get(requirePrincipal(request), request.params.id)),
+  )
+
+  app.get(
+    '/api/purchase-requests/:id/history',
+    {
+      config: read,
+      schema: {
+        tags,
+        operationId: 'getPurchaseRequestHistory',
+        summary: 'The audit rows of a purchase request, oldest first',
+        params: PurchaseRequestParams,
+        response: { 200: History, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request) => {
+      const events = await service.history(requirePrincipal(request), request.params.id)
+      return { items: events.map(toHistoryEntry) }
+    },
+  )
+
+  for (const action of ['submit', 'approve'] as const) {
+    app.post(
+      `/api/purchase-requests/:id/${action}`,
+      {
+        config: write,
+        schema: {
+          tags,
+          operationId: `${action}PurchaseRequest`,
+          summary:
+            action === 'submit'
+              ? 'DRAFT → SUBMITTED (the creator or can_edit)'
+              : 'SUBMITTED → APPROVED (can_edit); emails the creator',
+          params: PurchaseRequestParams,
+          response: one,
+        },
+      },
+      async (request) =>
+        toPurchaseRequest(await service.transition(requirePrincipal(request), request.params.id, action)),
+    )
+  }
+}
+
+export default purchaseRequestRoutes

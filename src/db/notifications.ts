@@ -1,0 +1,118 @@
+import { sql } from 'kysely'
+import pg from 'pg'
+import type { Tx } from './schema.ts'
+
+// Change notifications between instances on one database: NOTIFY inside the writing
+// transaction, LISTEN on a connection of its own. `DatabaseHandle.listen` (database.ts) is the
+// subscribing side, for PostgreSQL here and for PGlite on its embedded session.
+
+// Signals a listener receives in place of a payload. A NOTIFY payload is text, which cannot
+// contain NUL, so no real payload can be mistaken for them.
+/** The LISTEN connection is lost: notifications sent from now on may be missed. */
+export const LISTEN_LOST = '\u0000lost'
+/** The LISTEN connection is back: anything sent meanwhile was missed. */
+export const LISTEN_RESET = '\u0000reset'
+
+/**
+ * Sends a notification from inside a transaction: listeners receive it when, and only if, the
+ * transaction commits, so nobody hears of a change before it can be read.
+ */
+export async function notify(trx: Tx, channel: string, payload: string): Promise<void> {
+  await sql`select pg_notify(${channel}, ${payload})`.execute(trx)
+}
+
+const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`
+const RECONNECT_MIN_MS = 100
+const RECONNECT_MAX_MS = 5_000
+
+/**
+ * LISTEN on a dedicated connection, outside the pool: a pooled connection would be handed to
+ * queries and recycled. After the connection fails it reconnects with back-off, forever.
+ */
+export async function listenPostgres(
+  url: string,
+  channel: string,
+  onMessage: (payload: string) => void,
+  onError: (error: Error) => void,
+): Promise<() => Promise<void>> {
+  let current: pg.Client | null = null
+  let listening = false
+  let stopped = false
+  let retry: NodeJS.Timeout | undefined
+  let delay = RECONNECT_MIN_MS
+
+  const drop = (client: pg.Client, error: Error) => {
+    if (current !== client) return
+    current = null
+    client.removeAllListeners('notification')
+    client.end().catch(() => {})
+    // While (re)connecting the opener handles the failure; afterwards it is reported here.
+    if (!listening) return
+    listening = false
+    onMessage(LISTEN_LOST)
+    if (stopped) return
+    onError(error)
+    reconnectLater()
+  }
+
+  const open = async () => {
+    const client = new pg.Client({
+      connectionString: url,
+      application_name: 'platform-core-listen',
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
+      connectionTimeoutMillis: 5_000,
+    })
+    current = client
+    client.on('notification', (message) => {
+      if (message.channel === channel) onMessage(message.payload ?? '')
+    })
+    client.on('error', (error) => drop(client, error))
+    client.on('end', () => drop(client, new Error('The LISTEN connection ended')))
+    try {
+      await client.connect()
+      await client.query(`listen ${quoteIdent(channel)}`)
+    } catch (error) {
+      drop(client, error as Error)
+      throw error
+    }
+    if (current !== client) throw new Error('The LISTEN connection ended')
+    listening = true
+  }
+
+  const reconnectLater = () => {
+    retry = setTimeout(async () => {
+      retry = undefined
+      if (stopped) return
+      try {
+        await open()
+        delay = RECONNECT_MIN_MS
+        onMessage(LISTEN_RESET)
+      } catch (error) {
+        if (stopped) return
+        onError(error as Error)
+        reconnectLater()
+      }
+    }, delay)
+    retry.unref()
+    delay = Math.min(delay * 2, RECONNECT_MAX_MS)
+  }
+
+  try {
+    await open()
+  } catch (error) {
+    // A database that is down at start-up must not stop the service: listen as soon as it is back,
+    // and until then report the channel as lost, so caches are bypassed.
+    onMessage(LISTEN_LOST)
+    onError(error as Error)
+    reconnectLater()
+  }
+  return async () => {
+    stopped = true
+    clearTimeout(retry)
+    listening = false
+    const client = current
+    current = null
+    await client?.end().catch(() => {})
+  }
+}

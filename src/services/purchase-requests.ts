@@ -1,0 +1,202 @@
+import { randomUUID } from 'node:crypto'
+import type { Kysely } from 'kysely'
+import { enqueueTupleChanges } from '../authz/tuples.ts'
+import type { Clock } from '../clock.ts'
+import { requireTenant } from '../context.ts'
+import { inTransaction } from '../db/database.ts'
+import type { Database } from '../db/schema.ts'
+import { AppError } from '../errors.ts'
+import { enqueueMail } from '../mail/outbox.ts'
+import type { Principal } from '../principal.ts'
+import { findAccount } from '../repositories/accounts.ts'
+import {
+  findPurchaseRequest,
+  insertPurchaseRequest,
+  insertPurchaseRequestEvent,
+  listPurchaseRequestEvents,
+  listPurchaseRequests,
+  type PageKey,
+  type PurchaseRequestEventRow,
+  type PurchaseRequestRow,
+  updatePurchaseRequestStatus,
+} from '../repositories/purchase-requests.ts'
+import {
+  INITIAL_STATUS,
+  nextStatus,
+  type PurchaseRequestAction,
+  type PurchaseRequestStatus,
+} from './purchase-request-workflow.ts'
+
+/** What the service needs from the authorization feature. */
+export interface PermissionGate {
+  check(principal: Principal, relation: string, object: string): Promise<boolean>
+  require(principal: Principal, relation: string, object: string): Promise<void>
+  /** Delivers queued tuple changes now (best effort), so a creator can read what they created. */
+  deliverQueued(): Promise<void>
+}
+
+export interface PurchaseRequestDeps {
+  db: Kysely<Database>
+  clock: Clock
+  permissions: PermissionGate
+}
+
+export const TITLE_MAX = 255
+const CONTROL_CHARACTERS = /\p{Cc}/u
+
+const objectOf = (id: string) => `purchase_request:${id}`
+
+/**
+ * The example resource (spec 2.9, 3.1, 4.5). The organization always comes from the request's
+ * tenant context; every read or move is checked against the authorization model; every move is
+ * validated against the workflow and written with its audit row in one transaction guarded on the
+ * current status.
+ */
+export class PurchaseRequests {
+  readonly #deps: PurchaseRequestDeps
+
+  constructor(deps: PurchaseRequestDeps) {
+    this.#deps = deps
+  }
+
+  async create(principal: Principal, input: { title: string }): Promise<PurchaseRequestRow> {
+    const { db, clock, permissions } = this.#deps
+    const organizationId = requireTenant()
+    const title = input.title.trim()
+    // Characters, not UTF-16 units, as the schema and the database count them; no control characters.
+    const length = [...title].length
+    if (length === 0 || length > TITLE_MAX || CONTROL_CHARACTERS.test(title)) {
+      throw new AppError('VALIDATION_FAILED', `The title must be 1 to ${TITLE_MAX} characters`, {
+        extensions: {
+          errors: [
+            {
+              path: 'body.title',
+              message: `must be 1 to ${TITLE_MAX} characters, without control characters`,
+            },
+          ],
+        },
+      })
+    }
+    await permissions.require(principal, 'member', `organization:${organizationId}`)
+    const now = clock.now()
+    const created = await inTransaction(db, async (trx) => {
+      const row = await insertPurchaseRequest(trx, {
+        id: randomUUID(),
+        organizationId,
+        createdBy: principal.id,
+        title,
+        status: INITIAL_STATUS,
+        now,
+      })
+      // Without this tuple not even the creator could read the request (spec 2.12).
+      await enqueueTupleChanges(
+        trx,
+        [
+          {
+            operation: 'write',
+            subject: `organization:${organizationId}`,
+            relation: 'owner_organization',
+            object: objectOf(row.id),
+          },
+        ],
+        now,
+      )
+      return row
+    })
+    await permissions.deliverQueued()
+    return created
+  }
+
+  /** 404 for an unknown id, 403 ACCESS_DENIED without `can_view` (another organization's request). */
+  async get(principal: Principal, id: string): Promise<PurchaseRequestRow> {
+    const row = await findPurchaseRequest(this.#deps.db, id)
+    if (!row) throw new AppError('NOT_FOUND', 'No such purchase request')
+    await this.#deps.permissions.require(principal, 'can_view', objectOf(id))
+    return row
+  }
+
+  async list(
+    principal: Principal,
+    options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
+  ): Promise<{ items: PurchaseRequestRow[]; next: PageKey | null }> {
+    const organizationId = requireTenant()
+    await this.#deps.permissions.require(principal, 'member', `organization:${organizationId}`)
+    // One row more than asked tells whether another page follows.
+    const rows = await listPurchaseRequests(this.#deps.db, organizationId, {
+      ...options,
+      limit: options.limit + 1,
+    })
+    const items = rows.slice(0, options.limit)
+    const last = items.at(-1)
+    return {
+      items,
+      next: rows.length > options.limit && last ? { createdAt: last.created_at, id: last.id } : null,
+    }
+  }
+
+  async history(principal: Principal, id: string): Promise<PurchaseRequestEventRow[]> {
+    const row = await this.get(principal, id)
+    return listPurchaseRequestEvents(this.#deps.db, row.organization_id, id)
+  }
+
+  /**
+   * Applies a workflow action. Submit needs the creator or `can_edit`, approve needs `can_edit`.
+   * Of two parallel approvals one succeeds; the other finds the status moved and gets 409
+   * INVALID_TRANSITION: one audit row, one email.
+   */
+  async transition(
+    principal: Principal,
+    id: string,
+    action: PurchaseRequestAction,
+  ): Promise<PurchaseRequestRow> {
+    const { db, clock, permissions } = this.#deps
+    const current = await this.get(principal, id)
+    const mayAct =
+      (action === 'submit' && current.created_by === principal.id) ||
+      (await permissions.check(principal, 'can_edit', objectOf(id)))
+    if (!mayAct) throw new AppError('ACCESS_DENIED', `You may not ${action} this purchase request`)
+    const invalid = () =>
+      new AppError(
+        'INVALID_TRANSITION',
+        `A ${current.status} purchase request cannot be ${action === 'submit' ? 'submitted' : 'approved'}`,
+      )
+    const to = nextStatus(current.status, action)
+    if (!to) throw invalid()
+    const now = clock.now()
+    return inTransaction(db, async (trx) => {
+      const moved = await updatePurchaseRequestStatus(
+        trx,
+        { organizationId: current.organization_id, id, from: current.status },
+        to,
+        now,
+      )
+      if (!moved) throw invalid()
+      await insertPurchaseRequestEvent(trx, {
+        organization_id: moved.organization_id,
+        purchase_request_id: id,
+        action,
+        from_status: current.status,
+        to_status: to,
+        actor_id: principal.id,
+        occurred_at: now,
+      })
+      if (action === 'approve') {
+        // The creator is emailed when they are a platform account (an API key has no mailbox).
+        const creator = await findAccount(trx, moved.created_by)
+        if (creator) {
+          await enqueueMail(
+            trx,
+            {
+              template: 'purchase_request_approved',
+              to: creator.email,
+              data: { title: moved.title },
+              organizationId: moved.organization_id,
+            },
+            now,
+          )
+        }
+      }
+      return moved
+    })
+  }
+}

@@ -1,0 +1,202 @@
+import {
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadBucketCommand,
+  HeadObjectCommand,
+  PutObjectCommand,
+  S3Client,
+  S3ServiceException,
+} from '@aws-sdk/client-s3'
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner'
+import { type Config, ConfigError } from '../config.ts'
+import { contentDisposition } from './file-metadata.ts'
+import { type ObjectInfo, type ObjectStore, ObjectStoreError, type PresignedUpload } from './port.ts'
+
+// The S3 adapter of the object-store port, for any S3-compatible store (AWS, MinIO, the embedded
+// server). Two clients: one for the calls the service makes itself (endpoint), one that only signs
+// the addresses handed to browsers (public-endpoint), because the host is part of the signature.
+
+export interface S3StoreOptions {
+  endpoint: string
+  /** The host written into pre-signed addresses, when browsers reach the store under another name. */
+  publicEndpoint?: string | undefined
+  region: string
+  bucket: string
+  /** Both or neither; neither uses the SDK's default chain (environment, instance role). */
+  accessKeyId?: string | undefined
+  secretAccessKey?: string | undefined
+  pathStyle: boolean
+  /** Per attempt of a call the service makes (HEAD, PUT, DELETE); default 10 s. */
+  requestTimeoutMs?: number
+}
+
+const CONNECTION_TIMEOUT_MS = 3_000
+const REQUEST_TIMEOUT_MS = 10_000
+
+function s3Client(endpoint: string, options: S3StoreOptions): S3Client {
+  const { accessKeyId, secretAccessKey } = options
+  return new S3Client({
+    endpoint,
+    region: options.region,
+    forcePathStyle: options.pathStyle,
+    credentials: accessKeyId && secretAccessKey ? { accessKeyId, secretAccessKey } : undefined,
+    // Only what the operation requires: a pre-signed PUT must not carry checksum parameters the
+    // browser cannot produce, and stores other than AWS may not know the newer checksum headers.
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+    requestHandler: {
+      connectionTimeout: CONNECTION_TIMEOUT_MS,
+      requestTimeout: options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS,
+    },
+    maxAttempts: 3,
+  })
+}
+
+function isNotFound(error: unknown): boolean {
+  return (
+    error instanceof S3ServiceException &&
+    (error.name === 'NotFound' || error.name === 'NoSuchKey' || error.$metadata.httpStatusCode === 404)
+  )
+}
+
+export class S3ObjectStore implements ObjectStore {
+  readonly #client: S3Client
+  readonly #signer: S3Client
+  readonly #bucket: string
+
+  constructor(options: S3StoreOptions) {
+    this.#bucket = options.bucket
+    this.#client = s3Client(options.endpoint, options)
+    this.#signer =
+      options.publicEndpoint && options.publicEndpoint !== options.endpoint
+        ? s3Client(options.publicEndpoint, options)
+        : this.#client
+  }
+
+  async presignPut(
+    key: string,
+    contentType: string,
+    expiresInSeconds: number,
+    signingDate: Date,
+  ): Promise<PresignedUpload> {
+    const command = new PutObjectCommand({ Bucket: this.#bucket, Key: key, ContentType: contentType })
+    // Content-Type is signed: a PUT with another type is refused by the store.
+    const url = await this.#sign('PutObject', command, expiresInSeconds, signingDate, ['content-type'])
+    return { url, headers: { 'Content-Type': contentType } }
+  }
+
+  presignGet(key: string, fileName: string, expiresInSeconds: number, signingDate: Date): Promise<string> {
+    const command = new GetObjectCommand({
+      Bucket: this.#bucket,
+      Key: key,
+      ResponseContentDisposition: contentDisposition(fileName),
+    })
+    return this.#sign('GetObject', command, expiresInSeconds, signingDate)
+  }
+
+  async head(key: string): Promise<ObjectInfo | null> {
+    try {
+      const output = await this.#client.send(new HeadObjectCommand({ Bucket: this.#bucket, Key: key }))
+      return { size: output.ContentLength ?? 0, contentType: output.ContentType ?? null }
+    } catch (error) {
+      if (isNotFound(error)) return null
+      throw new ObjectStoreError('HeadObject failed', { cause: error })
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    try {
+      await this.#client.send(new DeleteObjectCommand({ Bucket: this.#bucket, Key: key }))
+    } catch (error) {
+      if (isNotFound(error)) return
+      throw new ObjectStoreError('DeleteObject failed', { cause: error })
+    }
+  }
+
+  async put(key: string, bytes: Uint8Array, contentType: string): Promise<void> {
+    try {
+      await this.#client.send(
+        new PutObjectCommand({
+          Bucket: this.#bucket,
+          Key: key,
+          Body: bytes,
+          ContentType: contentType,
+          ContentLength: bytes.byteLength,
+        }),
+      )
+    } catch (error) {
+      throw new ObjectStoreError('PutObject failed', { cause: error })
+    }
+  }
+
+  async ready(): Promise<void> {
+    try {
+      await this.#client.send(new HeadBucketCommand({ Bucket: this.#bucket }))
+    } catch (error) {
+      throw new ObjectStoreError(`the bucket ${this.#bucket} does not answer`, { cause: error })
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#client.destroy()
+    if (this.#signer !== this.#client) this.#signer.destroy()
+  }
+
+  async #sign(
+    operation: string,
+    command: PutObjectCommand | GetObjectCommand,
+    expiresInSeconds: number,
+    signingDate: Date,
+    signedHeaders: string[] = [],
+  ): Promise<string> {
+    try {
+      return await getSignedUrl(this.#signer, command, {
+        expiresIn: expiresInSeconds,
+        signingDate,
+        signableHeaders: new Set(signedHeaders),
+      })
+    } catch (error) {
+      throw new ObjectStoreError(`signing ${operation} failed`, { cause: error })
+    }
+  }
+}
+
+/**
+ * The S3 store at platform.storage.s3.endpoint. There is no silent fallback: without an endpoint
+ * the service does not start. Outside production the launchers (npm run dev, npm start, the CLI
+ * and the test harness) start the embedded server and set the endpoint (src/storage/embedded-s3.ts).
+ */
+export function createObjectStore(config: Config): ObjectStore {
+  const s3 = config.storage.s3
+  if (!s3.endpoint) {
+    throw new ConfigError(
+      'platform.storage.s3.endpoint',
+      config.profile === 'production'
+        ? 'is required under the production profile'
+        : 'is not set (outside production the launcher starts the embedded S3-compatible server and sets it)',
+    )
+  }
+  for (const [property, value] of [
+    ['platform.storage.s3.endpoint', s3.endpoint],
+    ['platform.storage.s3.public-endpoint', s3.publicEndpoint],
+  ] as const) {
+    if (value !== undefined && !/^https?:\/\/[^/]/i.test(value)) {
+      throw new ConfigError(property, 'must be an http:// or https:// address')
+    }
+  }
+  if (Boolean(s3.accessKeyId) !== Boolean(s3.secretAccessKey)) {
+    throw new ConfigError(
+      s3.accessKeyId ? 'platform.storage.s3.secret-access-key' : 'platform.storage.s3.access-key-id',
+      'is required when the other half of the key pair is set',
+    )
+  }
+  return new S3ObjectStore({
+    endpoint: s3.endpoint,
+    publicEndpoint: s3.publicEndpoint,
+    region: s3.region,
+    bucket: s3.bucket,
+    accessKeyId: s3.accessKeyId,
+    secretAccessKey: s3.secretAccessKey,
+    pathStyle: s3.pathStyle,
+  })
+}

@@ -1,0 +1,247 @@
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import path from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ConfigError, loadConfig } from '../src/config.ts'
+import { EMBEDDED_S3_CREDENTIALS, startEmbeddedStorage } from '../src/storage/embedded-s3.ts'
+import type { ObjectStore } from '../src/storage/port.ts'
+import { createObjectStore, S3ObjectStore } from '../src/storage/s3.ts'
+import { testConfig, testSecret } from './helpers/app.ts'
+import { startTestS3, type TestS3 } from './helpers/s3.ts'
+import { closedPort } from './helpers/smtp.ts'
+
+// The object-store port's contract, through the S3 adapter against the embedded S3-compatible
+// server (which verifies signatures as S3 does): pre-signed PUT and GET, server-side put, head and
+// delete; pre-signed PUTs without checksum parameters; addresses for the public endpoint; the
+// readiness check; and what the configuration requires.
+
+let s3: TestS3
+let store: ObjectStore
+
+beforeAll(async () => {
+  s3 = await startTestS3({ allowedOrigins: ['http://app.example.test'] })
+  store = s3.store()
+})
+
+afterAll(async () => {
+  await store?.close()
+  await s3?.close()
+})
+
+const key = (name: string) => `contract/${name}-${Math.random().toString(36).slice(2)}`
+
+describe('the ObjectStore contract (S3 adapter, embedded server)', () => {
+  it('round-trips: pre-signed PUT, head, pre-signed GET with the file name, delete', async () => {
+    const objectKey = key('round-trip')
+    const upload = await store.presignPut(objectKey, 'image/png', 60, new Date())
+    expect(upload.headers).toEqual({ 'Content-Type': 'image/png' })
+    const bytes = new Uint8Array([137, 80, 78, 71, 13, 10, 26, 10, 0, 255])
+    expect((await fetch(upload.url, { method: 'PUT', headers: upload.headers, body: bytes })).status).toBe(
+      200,
+    )
+
+    expect(await store.head(objectKey)).toEqual({ size: 10, contentType: 'image/png' })
+
+    const download = await fetch(await store.presignGet(objectKey, 'Grüße (1).png', 60, new Date()))
+    expect(download.status).toBe(200)
+    expect(new Uint8Array(await download.arrayBuffer())).toEqual(bytes)
+    expect(download.headers.get('content-disposition')).toBe(
+      `attachment; filename="Gr__e (1).png"; filename*=UTF-8''Gr%C3%BC%C3%9Fe%20%281%29.png`,
+    )
+
+    await store.delete(objectKey)
+    expect(await store.head(objectKey)).toBeNull()
+    await expect(store.delete(objectKey)).resolves.toBeUndefined()
+  })
+
+  it('stores bytes put by the service itself', async () => {
+    const objectKey = key('put')
+    await store.put(objectKey, new TextEncoder().encode('%PDF-1.7'), 'application/pdf')
+    expect(await store.head(objectKey)).toEqual({ size: 8, contentType: 'application/pdf' })
+    const download = await fetch(await store.presignGet(objectKey, 'report.pdf', 60, new Date()))
+    expect(await download.text()).toBe('%PDF-1.7')
+  })
+
+  it('answers null for an object that does not exist', async () => {
+    expect(await store.head(key('missing'))).toBeNull()
+  })
+
+  it('signs PUT addresses without checksum parameters, with the Content-Type signed', async () => {
+    const signingDate = new Date('2026-03-04T05:06:07Z')
+    const url = new URL((await store.presignPut(key('checksum'), 'application/pdf', 900, signingDate)).url)
+    const names = [...url.searchParams.keys()].map((name) => name.toLowerCase())
+    expect(names.filter((name) => name.startsWith('x-amz-checksum'))).toEqual([])
+    expect(names).not.toContain('x-amz-sdk-checksum-algorithm')
+    expect(url.searchParams.get('X-Amz-SignedHeaders')?.split(';')).toContain('content-type')
+    expect(url.searchParams.get('X-Amz-Date')).toBe('20260304T050607Z')
+    expect(url.searchParams.get('X-Amz-Expires')).toBe('900')
+  })
+
+  it('takes the signing date from the caller, so an address signed in the past has expired', async () => {
+    const objectKey = key('expired')
+    const upload = await store.presignPut(objectKey, 'text/plain', 60, new Date(Date.now() - 120_000))
+    const res = await fetch(upload.url, { method: 'PUT', headers: upload.headers, body: 'late' })
+    expect(res.status).toBe(403)
+    expect(await res.text()).toContain('Request has expired')
+    expect(await store.head(objectKey)).toBeNull()
+  })
+
+  it('lets a browser on an allowed origin PUT cross-origin (CORS), and no other origin', async () => {
+    const upload = await store.presignPut(key('cors'), 'text/plain', 60, new Date())
+    const preflight = (origin: string) =>
+      fetch(upload.url, {
+        method: 'OPTIONS',
+        headers: {
+          origin,
+          'access-control-request-method': 'PUT',
+          'access-control-request-headers': 'content-type',
+        },
+      })
+    const allowed = await preflight('http://app.example.test')
+    expect(allowed.status).toBe(200)
+    expect(allowed.headers.get('access-control-allow-methods')).toContain('PUT')
+    expect(allowed.headers.get('access-control-allow-headers')).toBe('content-type')
+    expect((await preflight('http://evil.example.test')).status).toBe(403)
+  })
+})
+
+describe('addresses for the public endpoint', () => {
+  it('signs for the public host, which the store accepts there and nowhere else', async () => {
+    const port = new URL(s3.endpoint).port
+    const publicStore = new S3ObjectStore({
+      endpoint: s3.endpoint,
+      publicEndpoint: `http://localhost:${port}`,
+      region: 'us-east-1',
+      bucket: s3.bucket,
+      ...EMBEDDED_S3_CREDENTIALS,
+      pathStyle: true,
+    })
+    try {
+      const objectKey = key('public')
+      const upload = await publicStore.presignPut(objectKey, 'text/plain', 60, new Date())
+      expect(new URL(upload.url).host).toBe(`localhost:${port}`)
+      // The host is signed: the same address sent to the internal name does not match.
+      const internal = new URL(upload.url)
+      internal.host = new URL(s3.endpoint).host
+      const wrongHost = await fetch(internal, { method: 'PUT', headers: upload.headers, body: 'x' })
+      expect(wrongHost.status).toBe(403)
+      const res = await fetch(upload.url, { method: 'PUT', headers: upload.headers, body: 'public' })
+      expect(res.status).toBe(200)
+      // The service's own calls still go to the internal endpoint.
+      expect(await publicStore.head(objectKey)).toEqual({ size: 6, contentType: 'text/plain' })
+    } finally {
+      await publicStore.close()
+    }
+  })
+})
+
+describe('readiness', () => {
+  it('is ready while the bucket answers', async () => {
+    await expect(store.ready()).resolves.toBeUndefined()
+  })
+
+  it('is not ready when the bucket does not exist: the service never creates it', async () => {
+    const missing = new S3ObjectStore({
+      endpoint: s3.endpoint,
+      region: 'us-east-1',
+      bucket: 'no-such-bucket',
+      ...EMBEDDED_S3_CREDENTIALS,
+      pathStyle: true,
+    })
+    try {
+      await expect(missing.ready()).rejects.toThrow(/no-such-bucket/)
+    } finally {
+      await missing.close()
+    }
+  })
+
+  it('is not ready when nothing listens at the endpoint', async () => {
+    const down = new S3ObjectStore({
+      endpoint: `http://127.0.0.1:${await closedPort()}`,
+      region: 'us-east-1',
+      bucket: s3.bucket,
+      ...EMBEDDED_S3_CREDENTIALS,
+      pathStyle: true,
+    })
+    try {
+      await expect(down.ready()).rejects.toThrow(/does not answer/)
+    } finally {
+      await down.close()
+    }
+  })
+})
+
+describe('configuration', () => {
+  const configErrorOf = (fn: () => unknown): ConfigError => {
+    try {
+      fn()
+    } catch (error) {
+      if (error instanceof ConfigError) return error
+      throw error
+    }
+    throw new Error('expected a ConfigError')
+  }
+
+  it('requires platform.storage.s3.endpoint under the production profile', () => {
+    const error = configErrorOf(() => createObjectStore(testConfig({ 'platform.profile': 'production' })))
+    expect(error.property).toBe('platform.storage.s3.endpoint')
+    expect(error.message).toContain('required under the production profile')
+  })
+
+  it('starts nothing itself outside production: without an endpoint the launcher must provide one', () => {
+    const error = configErrorOf(() => createObjectStore(testConfig()))
+    expect(error.property).toBe('platform.storage.s3.endpoint')
+  })
+
+  it('requires both halves of a key pair', () => {
+    const error = configErrorOf(() =>
+      createObjectStore(
+        testConfig({
+          'platform.storage.s3.endpoint': s3.endpoint,
+          'platform.storage.s3.access-key-id': 'AKIA',
+        }),
+      ),
+    )
+    expect(error.property).toBe('platform.storage.s3.secret-access-key')
+  })
+
+  it('refuses an endpoint that is not http(s)', () => {
+    const error = configErrorOf(() =>
+      createObjectStore(testConfig({ 'platform.storage.s3.endpoint': 'ftp://files' })),
+    )
+    expect(error.property).toBe('platform.storage.s3.endpoint')
+  })
+})
+
+describe('the launchers’ embedded server (startEmbeddedStorage)', () => {
+  it('starts nothing when an endpoint is set or under production', async () => {
+    expect(await startEmbeddedStorage(testConfig({ 'platform.storage.s3.endpoint': s3.endpoint }))).toBeNull()
+    expect(await startEmbeddedStorage(testConfig({ 'platform.profile': 'production' }))).toBeNull()
+  })
+
+  it('keeps objects under <dataDir>/s3 across restarts, with the bucket created by the launcher', async () => {
+    const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-embedded-s3-'))
+    try {
+      const source = { 'platform.auth.jwt.secret': testSecret(), 'platform.data-dir': dataDir }
+      const first = await startEmbeddedStorage(loadConfig(source))
+      if (!first) throw new Error('expected an embedded server')
+      const firstStore = createObjectStore(loadConfig({ ...source, ...first.configSource() }))
+      await firstStore.ready()
+      await firstStore.put('kept', new TextEncoder().encode('kept'), 'text/plain')
+      await firstStore.close()
+      await first.close()
+
+      const second = await startEmbeddedStorage(loadConfig(source))
+      if (!second) throw new Error('expected an embedded server')
+      const secondStore = createObjectStore(loadConfig({ ...source, ...second.configSource() }))
+      try {
+        expect(await secondStore.head('kept')).toEqual({ size: 4, contentType: 'text/plain' })
+      } finally {
+        await secondStore.close()
+        await second.close()
+      }
+    } finally {
+      await rm(dataDir, { recursive: true, force: true })
+    }
+  })
+})
