@@ -68,12 +68,15 @@ interface Row {
 }
 
 async function measure(scenario: Scenario, baseUrl: string, pid: number, seed: Seed): Promise<Row> {
-  const options = async () => ({
-    url: `${baseUrl}${scenario.path}`,
-    method: scenario.method ?? 'GET',
-    connections,
-    ...(await scenario.prepare?.(baseUrl, seed)),
-  })
+  const options = async () => {
+    const { path: preparedPath, ...prepared } = (await scenario.prepare?.(baseUrl, seed)) ?? {}
+    return {
+      url: `${baseUrl}${preparedPath ?? scenario.path}`,
+      method: scenario.method ?? 'GET',
+      connections,
+      ...prepared,
+    }
+  }
   await autocannon({ ...(await options()), duration: 1 }) // warm-up
   const measured = await options()
   let peak = await rssKb(pid)
@@ -100,23 +103,67 @@ async function measure(scenario: Scenario, baseUrl: string, pid: number, seed: S
 }
 
 const TUPLES = Number(process.env.BENCH_TUPLES ?? 100_000)
+const PURCHASE_REQUESTS = Number(process.env.BENCH_PURCHASE_REQUESTS ?? 1_000_000)
+const TRANSITION_POOL = 40_000
 const OWNED_OBJECT = 'bench-owned'
+const DEEP_OFFSET = Math.floor(PURCHASE_REQUESTS * 0.9)
 
 /**
- * Fills the authorization tuples table (the embedded evaluator's store) before the service
- * starts: TUPLES ownership tuples over 1,000 other organizations, plus one object owned by the
- * bench organization, so permission checks run against a realistic table.
+ * Fills the tables before the service starts (it holds PGlite afterwards): TUPLES ownership tuples
+ * over 1,000 other organizations and one object owned by the bench organization; PURCHASE_REQUESTS
+ * purchase requests in the bench organization (one minute apart), of which TRANSITION_POOL are
+ * DRAFTs created by the bench user with their ownership tuples (each submitted once by the
+ * transition scenario); a confirmed file on one request. Returns what the scenarios address.
  */
-async function seedTuples(url: string | undefined, dataDir: string, organizationId: string) {
+async function seedData(url: string | undefined, dataDir: string, organizationId: string, userId: string) {
   const handle = url ? openPostgres(url, { poolSize: 1 }) : await openPGlite(path.join(dataDir, 'pglite'))
   try {
+    const db = handle.db
     await sql`
       insert into authz_tuples (object_type, object_id, relation, subject_type, subject_id, subject_relation)
       select 'purchase_request', 'pr-' || g, 'owner_organization', 'organization', 'org-' || (g % 1000), ''
       from generate_series(1, ${TUPLES}::int) g
       union all
       select 'purchase_request', ${OWNED_OBJECT}, 'owner_organization', 'organization', ${organizationId}, ''
-    `.execute(handle.db)
+    `.execute(db)
+    await sql`
+      insert into purchase_requests (id, organization_id, created_by, title, status, created_at, updated_at)
+      select md5('pr' || g)::uuid::text, ${organizationId}::uuid, ${userId},
+             'Seeded purchase request ' || g,
+             case when g <= ${TRANSITION_POOL}::int then 'DRAFT' else 'SUBMITTED' end,
+             timestamptz '2026-01-01' - make_interval(mins => g), timestamptz '2026-01-01'
+      from generate_series(1, ${PURCHASE_REQUESTS}::int) g
+    `.execute(db)
+    await sql`
+      insert into authz_tuples (object_type, object_id, relation, subject_type, subject_id, subject_relation)
+      select 'purchase_request', md5('pr' || g)::uuid::text, 'owner_organization', 'organization', ${organizationId}, ''
+      from generate_series(1, ${TRANSITION_POOL}::int) g
+    `.execute(db)
+    const deep = await sql<{ created_at: Date; id: string }>`
+      select created_at, id from purchase_requests where organization_id = ${organizationId}::uuid
+      order by created_at desc, id desc offset ${DEEP_OFFSET}::int limit 1
+    `.execute(db)
+    const fileId = (await sql<{ id: string }>`select gen_random_uuid() as id`.execute(db)).rows[0]
+      ?.id as string
+    const readable = (await sql<{ id: string }>`select md5('pr1')::uuid::text as id`.execute(db)).rows[0]
+      ?.id as string
+    await sql`
+      insert into files (id, organization_id, resource_type, resource_id, object_key, original_file_name, content_type, status, size_bytes, created_by, created_at, confirmed_at)
+      values (${fileId}::uuid, ${organizationId}::uuid, 'purchase_request', ${readable},
+              ${`org/${organizationId}/purchase_request/${readable}/${fileId}`}, 'quote.pdf', 'application/pdf', 'CONFIRMED', 1024, ${userId}, now(), now())
+    `.execute(db)
+    const row = deep.rows[0]
+    const deepCursor = row
+      ? Buffer.from(JSON.stringify([new Date(row.created_at).toISOString(), row.id])).toString('base64url')
+      : ''
+    const pool = (
+      await sql<{
+        id: string
+      }>`select md5('pr' || g)::uuid::text as id from generate_series(1, ${TRANSITION_POOL}::int) g`.execute(
+        db,
+      )
+    ).rows.map((r) => r.id)
+    return { deepCursor, readablePurchaseRequest: readable, confirmedFileId: fileId, draftPool: pool }
   } finally {
     await handle.close()
   }
@@ -151,7 +198,7 @@ async function main() {
       '--email',
       BENCH_USER.email,
       '--role',
-      'member',
+      'admin', // can_edit for the file scenarios
       '--password',
       BENCH_USER.password,
     ],
@@ -170,8 +217,14 @@ async function main() {
   ).done
   const { rawKey } = JSON.parse(key.stdout) as { rawKey: string }
   const { clientId, clientSecret } = JSON.parse(client.stdout) as { clientId: string; clientSecret: string }
-  await seedTuples(serverUrl ? databaseUrl(serverUrl, benchDb) : undefined, dataDir, organizationId)
-  const seed: Seed = { apiKey: rawKey, clientId, clientSecret, ownedObjectId: OWNED_OBJECT }
+  const { userId } = JSON.parse(user.stdout) as { userId: string }
+  const data = await seedData(
+    serverUrl ? databaseUrl(serverUrl, benchDb) : undefined,
+    dataDir,
+    organizationId,
+    userId,
+  )
+  const seed: Seed = { apiKey: rawKey, clientId, clientSecret, ownedObjectId: OWNED_OBJECT, ...data }
   const bare = await start('test/bench/bare-server.ts', {})
   const app = await start('src/server.ts', appEnv)
   const rows: Row[] = []
@@ -190,7 +243,7 @@ async function main() {
   const baseline = rows[0]?.rps ?? 1
   const database = serverUrl ? 'PostgreSQL' : 'embedded PGlite'
   process.stdout.write(
-    `\nnpm run bench: ${duration}s per scenario, ${connections} connections, ${database}, ${TUPLES} authorization tuples, Node ${process.version}\n\n`,
+    `\nnpm run bench: ${duration}s per scenario, ${connections} connections, ${database}, ${TUPLES} authorization tuples, ${PURCHASE_REQUESTS} purchase requests in the organization, Node ${process.version}\n\n`,
   )
   process.stdout.write('| scenario | req/s | p50 ms | p99 ms | peak RSS MB | ratio to bare | unexpected |\n')
   process.stdout.write('|---|---:|---:|---:|---:|---:|---:|\n')

@@ -8,7 +8,7 @@ export interface Scenario {
   method?: Options['method']
   expectStatus: number
   /** Preparation against the running service (log in, seed), run before each autocannon run. */
-  prepare?: (baseUrl: string, seed: Seed) => Promise<Partial<Options>>
+  prepare?: (baseUrl: string, seed: Seed) => Promise<Partial<Options> & { path?: string }>
 }
 
 /** What `npm run bench` created through the CLI before starting the service. */
@@ -18,6 +18,18 @@ export interface Seed {
   clientSecret: string
   /** A purchase_request object owned by the bench user's organization (tuple seeded directly). */
   ownedObjectId: string
+  /** A readable purchase request (with its ownership tuple and one confirmed file). */
+  readablePurchaseRequest: string
+  confirmedFileId: string
+  /** The cursor of a page 90% deep into the organization's purchase requests. */
+  deepCursor: string
+  /** DRAFT purchase requests of the bench user, each submitted once by the transition scenario. */
+  draftPool: string[]
+}
+
+/** Logs in once per scenario run; the cookie header for the bench user. */
+async function userCookie(baseUrl: string): Promise<string> {
+  return `access_token=${(await login(baseUrl)).access}`
 }
 
 /** The user `npm run bench` seeds (through the CLI) before starting the service. */
@@ -124,6 +136,91 @@ export const scenarios: Scenario[] = [
       }
       throw new Error('the bench user never became a member in the authorization model')
     },
+  },
+  {
+    name: 'POST /api/purchase-requests (create + ownership tuple)',
+    target: 'app',
+    path: '/api/purchase-requests',
+    method: 'POST',
+    expectStatus: 201,
+    prepare: async (baseUrl) => ({
+      headers: { ...json, cookie: await userCookie(baseUrl) },
+      body: JSON.stringify({ title: 'Benchmark chairs' }),
+    }),
+  },
+  {
+    name: 'GET /api/purchase-requests/{id} (can_view)',
+    target: 'app',
+    path: '/api/purchase-requests/{id}',
+    expectStatus: 200,
+    prepare: async (baseUrl, seed) => ({
+      path: `/api/purchase-requests/${seed.readablePurchaseRequest}`,
+      headers: { cookie: await userCookie(baseUrl) },
+    }),
+  },
+  {
+    name: 'GET /api/purchase-requests, first page (20)',
+    target: 'app',
+    path: '/api/purchase-requests',
+    expectStatus: 200,
+    prepare: async (baseUrl) => ({ headers: { cookie: await userCookie(baseUrl) } }),
+  },
+  {
+    name: 'GET /api/purchase-requests, page 90% deep (keyset)',
+    target: 'app',
+    path: '/api/purchase-requests',
+    expectStatus: 200,
+    prepare: async (baseUrl, seed) => ({
+      path: `/api/purchase-requests?cursor=${seed.deepCursor}`,
+      headers: { cookie: await userCookie(baseUrl) },
+    }),
+  },
+  {
+    name: 'POST /api/purchase-requests/{id}/submit (transition + audit row)',
+    target: 'app',
+    path: '/api/purchase-requests/{id}/submit',
+    method: 'POST',
+    expectStatus: 200,
+    prepare: async (baseUrl, seed) => {
+      const cookie = await userCookie(baseUrl)
+      return {
+        requests: [
+          {
+            setupRequest: (request) => ({
+              ...request,
+              path: `/api/purchase-requests/${seed.draftPool.shift()}/submit`,
+              headers: { ...request.headers, cookie },
+            }),
+          },
+        ],
+      }
+    },
+  },
+  {
+    name: 'POST /api/storage/files (initiate: can_edit + pre-signed PUT)',
+    target: 'app',
+    path: '/api/storage/files',
+    method: 'POST',
+    expectStatus: 201,
+    prepare: async (baseUrl, seed) => ({
+      headers: { ...json, cookie: await userCookie(baseUrl) },
+      body: JSON.stringify({
+        resourceType: 'purchase_request',
+        resourceId: seed.readablePurchaseRequest,
+        fileName: 'quote.pdf',
+        contentType: 'application/pdf',
+      }),
+    }),
+  },
+  {
+    name: 'GET /api/storage/files/{id}/download-url (can_view + pre-signed GET)',
+    target: 'app',
+    path: '/api/storage/files/{id}/download-url',
+    expectStatus: 200,
+    prepare: async (baseUrl, seed) => ({
+      path: `/api/storage/files/${seed.confirmedFileId}/download-url`,
+      headers: { cookie: await userCookie(baseUrl) },
+    }),
   },
   {
     name: 'POST /api/auth/login (argon2id verify)',
