@@ -1,6 +1,6 @@
 // The example resource (spec 4.5): purchase requests with a workflow, audit history, keyset
-// paging and attachments through the generic file endpoints. This file is the template for
-// adding a resource (README, "Adding a resource").
+// paging, attachments through the generic file endpoints and a generated PDF report. This file is
+// the template for adding a resource (README, "Adding a resource").
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { AppError, problemResponses } from '../../src/errors.ts'
 import { requirePrincipal } from '../../src/principal.ts'
@@ -10,6 +10,7 @@ import type {
   PurchaseRequestRow,
 } from '../../src/repositories/purchase-requests.ts'
 import { PurchaseRequests } from '../../src/services/purchase-requests.ts'
+import { FileRecord, toFileRecord } from '../files/schemas.ts'
 import {
   CreatePurchaseRequest,
   History,
@@ -73,6 +74,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
       require: app.authz.require,
       deliverQueued: () => app.authz.outbox.kick(),
     },
+    files: app.files,
   })
   const read = { scope: 'purchase_requests:read' } as const
   const write = { scope: 'purchase_requests:write' } as const
@@ -153,6 +155,30 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
     async (request) => {
       const events = await service.history(requirePrincipal(request), request.params.id)
       return { items: events.map(toHistoryEntry) }
+    },
+  )
+
+  app.post(
+    '/api/purchase-requests/:id/report',
+    {
+      config: write,
+      schema: {
+        tags,
+        operationId: 'createPurchaseRequestReport',
+        summary: 'Generate a one-page PDF summary, stored as a CONFIRMED attachment (needs can_view)',
+        description:
+          'Renders title, status, creator, dates, history and attachment names into an A4 PDF and stores it ' +
+          'through the file service as `purchase-request-<id>.pdf`; download it with the file endpoints. ' +
+          'Needs `can_view`, not the `can_edit` an upload needs: the service produces the bytes from what the ' +
+          'caller may already read. Characters the embedded font (DejaVu Sans) cannot draw, such as CJK or ' +
+          "emoji, are shown as '?'.",
+        params: PurchaseRequestParams,
+        response: { 201: FileRecord, ...problemResponses(401, 403, 404, 413, 503) },
+      },
+    },
+    async (request, reply) => {
+      const file = await service.report(requirePrincipal(request), request.params.id)
+      return reply.code(201).send(toFileRecord(file))
     },
   )
 

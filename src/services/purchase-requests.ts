@@ -9,6 +9,7 @@ import { AppError } from '../errors.ts'
 import { enqueueMail } from '../mail/outbox.ts'
 import type { Principal } from '../principal.ts'
 import { findAccount } from '../repositories/accounts.ts'
+import type { FileRow } from '../repositories/files.ts'
 import {
   findPurchaseRequest,
   insertPurchaseRequest,
@@ -20,6 +21,12 @@ import {
   type PurchaseRequestRow,
   updatePurchaseRequestStatus,
 } from '../repositories/purchase-requests.ts'
+import type { FileService } from './files.ts'
+import {
+  REPORT_CONTENT_TYPE,
+  renderPurchaseRequestReport,
+  reportFileName,
+} from './purchase-request-report.ts'
 import {
   INITIAL_STATUS,
   nextStatus,
@@ -35,14 +42,19 @@ export interface PermissionGate {
   deliverQueued(): Promise<void>
 }
 
+/** What the service needs from the file feature: listing a resource's files, storing generated ones. */
+export type AttachmentStore = Pick<FileService, 'list' | 'storeGenerated'>
+
 export interface PurchaseRequestDeps {
   db: Kysely<Database>
   clock: Clock
   permissions: PermissionGate
+  files: AttachmentStore
 }
 
 export const TITLE_MAX = 255
 const CONTROL_CHARACTERS = /\p{Cc}/u
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const objectOf = (id: string) => `purchase_request:${id}`
 
@@ -137,6 +149,68 @@ export class PurchaseRequests {
   async history(principal: Principal, id: string): Promise<PurchaseRequestEventRow[]> {
     const row = await this.get(principal, id)
     return listPurchaseRequestEvents(this.#deps.db, row.organization_id, id)
+  }
+
+  /**
+   * Renders the one-page PDF summary and stores it as a CONFIRMED attachment of the request, in
+   * this one call. Needs `can_view` only, not the `can_edit` an upload needs: the report is a read
+   * of the request, its bytes are produced here from what the caller may already see, so a viewer
+   * adds no content of their own; the file is recorded as created by the caller.
+   */
+  async report(principal: Principal, id: string): Promise<FileRow> {
+    const { db, clock, files } = this.#deps
+    const row = await this.get(principal, id)
+    // The file is stored in the caller's organization: it must be the request's.
+    if (row.organization_id !== requireTenant()) {
+      throw new AppError('ACCESS_DENIED', 'This purchase request belongs to another organization')
+    }
+    const [events, attachments] = await Promise.all([
+      listPurchaseRequestEvents(db, row.organization_id, id),
+      files.list(principal, 'purchase_request', id),
+    ])
+    const names = await this.#displayNames(row.organization_id, [
+      row.created_by,
+      ...events.map((event) => event.actor_id),
+    ])
+    const name = (principalId: string) => names.get(principalId) ?? principalId
+    const bytes = await renderPurchaseRequestReport({
+      id: row.id,
+      title: row.title,
+      status: row.status,
+      creator: name(row.created_by),
+      createdAt: row.created_at,
+      updatedAt: row.updated_at,
+      history: events.map((event) => ({
+        action: event.action,
+        fromStatus: event.from_status,
+        toStatus: event.to_status,
+        actor: name(event.actor_id),
+        occurredAt: event.occurred_at,
+      })),
+      attachments: attachments.map((file) => file.original_file_name),
+      generatedAt: clock.now(),
+    })
+    return files.storeGenerated(principal, {
+      resourceType: 'purchase_request',
+      resourceId: id,
+      fileName: reportFileName(id),
+      contentType: REPORT_CONTENT_TYPE,
+      bytes,
+    })
+  }
+
+  /** The emails of the principals that are accounts of the organization; others keep their id. */
+  async #displayNames(organizationId: string, principalIds: string[]): Promise<Map<string, string>> {
+    // Account ids are UUIDs; anything else is no account and must not reach the uuid column.
+    const candidates = [...new Set(principalIds)].filter((principalId) => UUID.test(principalId))
+    const accounts = await Promise.all(
+      candidates.map((principalId) => findAccount(this.#deps.db, principalId)),
+    )
+    const names = new Map<string, string>()
+    for (const account of accounts) {
+      if (account && account.organization_id === organizationId) names.set(account.id, account.email)
+    }
+    return names
   }
 
   /**
