@@ -15,6 +15,8 @@ import {
   type TestUser,
   useMailTestApp,
 } from './helpers/accounts.ts'
+import { queuedChangesOf } from './helpers/authz.ts'
+import { newApiKey, serviceBearer } from './helpers/machines.ts'
 
 // Account administration by organization admins (spec 3.3, 4.1, 5.5 rule 2; decisions 5): accounts
 // are deactivated, never deleted; deactivation revokes sessions and the role tuple; the last active
@@ -56,13 +58,7 @@ async function organization(): Promise<{
 const storedAccount = (id: string) =>
   t.app.db.selectFrom('accounts').selectAll().where('id', '=', id).executeTakeFirstOrThrow()
 
-const tuplesOf = (userId: string) =>
-  t.app.db
-    .selectFrom('authz_outbox')
-    .select(['operation', 'subject', 'relation', 'object'])
-    .where('subject', '=', `user:${userId}`)
-    .orderBy('id')
-    .execute()
+const tuplesOf = (userId: string) => queuedChangesOf(t.app, `user:${userId}`)
 
 const roleTuple = (operation: 'write' | 'delete', user: TestUser, relation = 'member') => ({
   operation,
@@ -221,12 +217,11 @@ describe('who may administer accounts', () => {
 
   it("answers an API key of the user's organization with 403 INSUFFICIENT_SCOPE", async () => {
     const { member } = await organization()
-    const key = await t.app.apiKeys.create({
-      organizationId: member.organizationId,
-      scopes: ['purchase_requests:write', 'config:write', 'files:write'],
-      description: 'integration',
-      expiresAt: null,
-    })
+    const key = await newApiKey(t.app, member.organizationId, [
+      'purchase_requests:write',
+      'config:write',
+      'files:write',
+    ])
     for (const action of ['deactivate', 'reactivate', 'reset-password'] as const) {
       expectProblem(
         await act(null, action, member.id, { 'x-api-key': key.rawKey }),
@@ -246,18 +241,11 @@ describe('who may administer accounts', () => {
 
   it('answers a service-account bearer token with 403 INSUFFICIENT_SCOPE', async () => {
     const { member } = await organization()
-    const account = await t.app.serviceAccounts.create({
-      clientId: 'admin-test-backend',
-      description: 'a backend',
-      scopes: ['purchase_requests:write', 'config:write'],
-    })
-    const issued = await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/service-token',
-      payload: { clientId: account.clientId, clientSecret: account.clientSecret },
-    })
-    expect(issued.statusCode).toBe(200)
-    const authorization = `Bearer ${issued.json().accessToken}`
+    const { authorization } = await serviceBearer(
+      t.app,
+      ['purchase_requests:write', 'config:write'],
+      'admin-test-backend',
+    )
     for (const action of ['deactivate', 'reactivate', 'reset-password'] as const) {
       expectProblem(await act(null, action, member.id, { authorization }), 403, 'INSUFFICIENT_SCOPE')
     }

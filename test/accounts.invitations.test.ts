@@ -19,6 +19,7 @@ import {
   uniqueEmail,
   useMailTestApp,
 } from './helpers/accounts.ts'
+import { queuedChangesOf } from './helpers/authz.ts'
 
 // Invitations (spec 4.1, rules 1 and 2; decisions 5): an organization admin creates an inactive
 // account with an unusable password and the invitee sets one through a single-use emailed link.
@@ -84,11 +85,7 @@ describe('POST /api/users (invitation)', () => {
       role: 'member',
       active: false,
     })
-    const tuples = await t.app.db
-      .selectFrom('authz_outbox')
-      .select(['operation', 'subject', 'relation', 'object'])
-      .where('subject', '=', `user:${userId}`)
-      .execute()
+    const tuples = await queuedChangesOf(t.app, `user:${userId}`)
     expect(tuples).toEqual([
       {
         operation: 'write',

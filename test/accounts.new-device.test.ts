@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { beforeEach, describe, expect, it } from 'vitest'
 import {
   ACCOUNT_TEST_CONFIG,
   deliverMail,
@@ -7,7 +7,7 @@ import {
   signIn,
   useMailTestApp,
 } from './helpers/accounts.ts'
-import { createTestApp, type TestApp } from './helpers/app.ts'
+import { useTestAppBeside } from './helpers/app.ts'
 
 // The new-device notice (spec 6 item 3, an operation nothing triggers by default): with the opt-in
 // setting, a login from a User-Agent the account has not used before mails the user, except for the
@@ -59,20 +59,11 @@ describe('new-device notice, enabled', () => {
 })
 
 describe('new-device notice, off (the default)', () => {
-  let off: TestApp
-
-  beforeAll(async () => {
-    off = await createTestApp({
-      database: t.database,
-      clock: t.clock,
-      config: ACCOUNT_TEST_CONFIG,
-      deps: { mailTransport: t.transport },
-    })
-  })
-
-  afterAll(async () => {
-    await off?.close()
-  })
+  const off = useTestAppBeside(t, () => ({
+    clock: t.clock,
+    config: ACCOUNT_TEST_CONFIG,
+    deps: { mailTransport: t.transport },
+  }))
 
   it('never mails, whatever the user agents', async () => {
     expect(off.config.auth.newDeviceNotice.enabled).toBe(false)

@@ -2,68 +2,33 @@ import { createHash, randomUUID } from 'node:crypto'
 import { Type } from '@sinclair/typebox'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
 import { describe, expect, it } from 'vitest'
-import { requireAuthentication } from '../plugins/auth.ts'
 import { requireTenant } from '../src/context.ts'
-import { type Principal, requirePrincipal } from '../src/principal.ts'
 import { CREDENTIAL_CACHE_TTL_MS } from '../src/services/machine-principals.ts'
-import { createOrganization } from '../src/services/organizations.ts'
+import { newOrganization, UUID, userAccessToken } from './helpers/accounts.ts'
 import { createTestApp, type TestApp, useTestApp } from './helpers/app.ts'
+import { queuedChangesOf } from './helpers/authz.ts'
+import { filesReadRoute, newApiKey, protectedTestRoutes } from './helpers/machines.ts'
 
 // API keys (spec 2.6, 5.4): provisioning that keeps only a hash, the authorization tuples queued
 // with the key, the API_KEY principal and its organization, rejection without a distinct reason,
 // scopes, the one-principal rule (plugins/auth.ts), batched last use and revocation.
 
-const PrincipalView = Type.Object({
-  type: Type.String(),
-  id: Type.String(),
-  organizationId: Type.Union([Type.String(), Type.Null()]),
-  scopes: Type.Union([Type.Array(Type.String()), Type.Null()]),
+// The protected test scope, and a tenant route whose JSON body makes the handler run from the body
+// parser's async context.
+const testRoutes = protectedTestRoutes((feature) => {
+  feature.post(
+    '/api/test/tenant',
+    filesReadRoute('testTenant', {
+      body: Type.Object({ note: Type.String() }),
+      response: { 200: Type.Object({ organizationId: Type.String(), note: Type.String() }) },
+    }),
+    async (request) => ({ organizationId: requireTenant(), note: (request.body as { note: string }).note }),
+  )
 })
-
-const principalView = (principal: Principal) => ({
-  type: principal.type,
-  id: principal.id,
-  organizationId: principal.organizationId,
-  scopes: principal.type === 'USER' ? null : [...principal.scopes].sort(),
-})
-
-// A protected scope like a feature's: its hook requires a principal, its routes name their scope.
-async function testRoutes(app: FastifyInstance) {
-  await app.register(async (feature) => {
-    feature.addHook('onRequest', requireAuthentication)
-    feature.get(
-      '/api/test/scoped',
-      {
-        config: { scope: 'files:read' },
-        schema: { tags: ['test'], operationId: 'testScoped', response: { 200: PrincipalView } },
-      },
-      async (request) => principalView(requirePrincipal(request)),
-    )
-    // A JSON body makes the handler run from the body parser's async context.
-    feature.post(
-      '/api/test/tenant',
-      {
-        config: { scope: 'files:read' },
-        schema: {
-          tags: ['test'],
-          operationId: 'testTenant',
-          body: Type.Object({ note: Type.String() }),
-          response: { 200: Type.Object({ organizationId: Type.String(), note: Type.String() }) },
-        },
-      },
-      async (request) => ({ organizationId: requireTenant(), note: (request.body as { note: string }).note }),
-    )
-  })
-}
 
 const t = useTestApp({ configure: testRoutes })
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const sha256 = (value: string) => createHash('sha256').update(value).digest('hex')
-
-async function newOrganization(app: FastifyInstance = t.app): Promise<string> {
-  return (await createOrganization(app.db, { name: `Org ${randomUUID()}` })).id
-}
 
 async function newKey(
   options: {
@@ -75,13 +40,10 @@ async function newKey(
 ) {
   const app = options.app ?? t.app
   const organizationId = options.organizationId ?? (await newOrganization(app))
-  const key = await app.apiKeys.create({
-    organizationId,
-    scopes: options.scopes ?? ['files:read'],
+  return newApiKey(app, organizationId, options.scopes ?? ['files:read'], {
     description: 'partner integration',
     expiresAt: options.expiresAt ?? null,
   })
-  return { ...key, organizationId }
 }
 
 function scoped(headers: Record<string, string>, options: Partial<InjectOptions> = {}, app = t.app) {
@@ -98,13 +60,7 @@ function expectSameAs(res: LightMyRequestResponse, reference: LightMyRequestResp
 }
 
 function userCookie(organizationId: string): { access_token: string } {
-  const token = t.app.tokens.issueUserToken({
-    sub: randomUUID(),
-    sid: randomUUID(),
-    org: organizationId,
-    ver: 0,
-  })
-  return { access_token: token.token }
+  return { access_token: userAccessToken(t.app, organizationId) }
 }
 
 describe('API key provisioning', () => {
@@ -131,13 +87,7 @@ describe('API key provisioning', () => {
   })
 
   it('queues membership tuples with the key, admin for a write scope, and their deletion on revocation', async () => {
-    const outbox = (id: string) =>
-      t.app.db
-        .selectFrom('authz_outbox')
-        .select(['operation', 'subject', 'relation', 'object'])
-        .where('subject', '=', `api_key:${id}`)
-        .orderBy('id')
-        .execute()
+    const outbox = (id: string) => queuedChangesOf(t.app, `api_key:${id}`)
 
     const reader = await newKey({ scopes: ['files:read'] })
     const readerTuple = { subject: `api_key:${reader.id}`, object: `organization:${reader.organizationId}` }
@@ -160,7 +110,7 @@ describe('API key provisioning', () => {
   })
 
   it('refuses an unknown scope and an expiry in the past with VALIDATION_FAILED', async () => {
-    const organizationId = await newOrganization()
+    const organizationId = await newOrganization(t.app)
     const create = (scopes: string[], expiresAt: Date | null) =>
       t.app.apiKeys.create({ organizationId, scopes, description: 'bad', expiresAt })
     await expect(create(['files:read', 'files:delete'], null)).rejects.toMatchObject({

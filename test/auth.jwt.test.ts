@@ -1,17 +1,13 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { buildApp } from '../src/app.ts'
-import { createAccount } from '../src/services/accounts.ts'
-import { createOrganization } from '../src/services/organizations.ts'
 import type { SessionVersionProvider } from '../src/services/session-version.ts'
-import { createTestApp, LogCapture, type TestApp, testConfig, useTestApp } from './helpers/app.ts'
-import { TestClock } from './helpers/clock.ts'
+import { cookie, newUser, PASSWORD } from './helpers/accounts.ts'
+import { buildAppBeside, useTestApp, useTestAppBeside } from './helpers/app.ts'
 
 // Every way an access cookie can be forged or stale must end in 401 on a protected route. Forged
 // tokens are built by hand with node:crypto, so the checks do not depend on the signer under test.
 
-const PASSWORD = 'correct horse battery staple'
 const PROTECTED = '/api/auth/sessions'
 
 interface Session {
@@ -28,16 +24,6 @@ function signed(header: object, payload: object, key: Buffer, hmac = 'sha256'): 
   return `${input}.${createHmac(hmac, key).update(input).digest('base64url')}`
 }
 
-async function newUser(app: FastifyInstance, email: string): Promise<void> {
-  const organization = await createOrganization(app.db, { name: `Org of ${email}` })
-  await createAccount(app.db, app, {
-    organizationId: organization.id,
-    email,
-    role: 'member',
-    password: PASSWORD,
-  })
-}
-
 async function login(app: FastifyInstance, email: string): Promise<Session> {
   const res = await app.inject({
     method: 'POST',
@@ -45,7 +31,7 @@ async function login(app: FastifyInstance, email: string): Promise<Session> {
     payload: { username: email, password: PASSWORD },
   })
   expect(res.statusCode).toBe(200)
-  const accessToken = res.cookies.find((c) => c.name === 'access_token')?.value
+  const accessToken = cookie(res, 'access_token')?.value
   expect(accessToken).toBeTruthy()
   return { ...res.json(), accessToken: accessToken as string }
 }
@@ -72,7 +58,7 @@ describe('access token verification', () => {
   let session: Session
 
   beforeAll(async () => {
-    await newUser(t.app, email)
+    await newUser(t.app, { email })
     session = await login(t.app, email)
   })
 
@@ -180,7 +166,7 @@ describe('access token verification', () => {
 
 describe('session version (spec 5.2)', () => {
   it('without a provider (default), keeps an access token valid after logout-all until it expires', async () => {
-    await newUser(t.app, 'no-version@example.com')
+    await newUser(t.app, { email: 'no-version@example.com' })
     const session = await login(t.app, 'no-version@example.com')
     const res = await t.app.inject({
       method: 'POST',
@@ -194,22 +180,11 @@ describe('session version (spec 5.2)', () => {
   })
 
   describe('with the built-in provider enabled', () => {
-    let versioned: TestApp
-
-    beforeAll(async () => {
-      versioned = await createTestApp({
-        database: t.database,
-        config: { 'platform.auth.session-version.enabled': 'true' },
-      })
-    })
-
-    afterAll(async () => {
-      await versioned?.close()
-    })
+    const versioned = useTestAppBeside(t, { config: { 'platform.auth.session-version.enabled': 'true' } })
 
     it('rejects an access token issued before logout-all at once, and accepts one issued after', async () => {
       const { app } = versioned
-      await newUser(app, 'versioned@example.com')
+      await newUser(app, { email: 'versioned@example.com' })
       const first = await login(app, 'versioned@example.com')
       const second = await login(app, 'versioned@example.com')
       await expectAccepted(app, second.accessToken)
@@ -235,17 +210,7 @@ describe('session version (spec 5.2)', () => {
 
     beforeAll(async () => {
       // The harness's object store of the file's main app serves this one too.
-      app = await buildApp(
-        { ...testConfig({ 'platform.datasource.migrate-on-start': 'false' }), storage: t.config.storage },
-        {
-          database: t.database.handle,
-          clock: new TestClock(),
-          sessionVersionProvider,
-          logStream: new LogCapture(),
-          logLevel: 'silent',
-        },
-      )
-      await app.ready()
+      app = await buildAppBeside(t, {}, { sessionVersionProvider })
     })
 
     afterAll(async () => {
@@ -253,7 +218,7 @@ describe('session version (spec 5.2)', () => {
     })
 
     it('rejects a token whose ver differs from the provided version, and ignores ver when none is provided', async () => {
-      await newUser(app, 'custom-version@example.com')
+      await newUser(app, { email: 'custom-version@example.com' })
       const unversioned = await login(app, 'custom-version@example.com')
       versions.set(unversioned.userId, 3)
       // Issued with ver 0 while the provider returned nothing; now the provider says 3.

@@ -1,12 +1,10 @@
 import { describe, expect, it } from 'vitest'
-import { createAccount } from '../src/services/accounts.ts'
-import { createOrganization } from '../src/services/organizations.ts'
+import { newUser, PASSWORD } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
 // Account lockout (spec 3.3, limits in spec 8: 5 attempts, 15 minutes), including parallel attempts,
 // which must not get past the limit.
 
-const PASSWORD = 'correct horse battery staple'
 const WRONG = 'not the password at all'
 const MAX_ATTEMPTS = 5
 const LOCK_MINUTES = 15
@@ -14,20 +12,8 @@ const LOCK_MINUTES = 15
 // The login rate limit is raised so that only the lockout rules decide these answers.
 const t = useTestApp({ config: { 'platform.auth.rate-limit.login-per-minute': '1000' } })
 
-let counter = 0
-
-async function newAccount(): Promise<{ id: string; email: string }> {
-  counter += 1
-  const email = `lockout-${counter}@example.com`
-  const organization = await createOrganization(t.app.db, { name: `Lockout org ${counter}` })
-  const account = await createAccount(t.app.db, t.app, {
-    organizationId: organization.id,
-    email,
-    role: 'member',
-    password: PASSWORD,
-  })
-  return { id: account.id, email }
-}
+/** A member of a new organization. */
+const newAccount = () => newUser(t.app)
 
 async function attempt(email: string, password: string): Promise<{ status: number; code?: string }> {
   const res = await t.app.inject({

@@ -1,39 +1,22 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { buildApp } from '../src/app.ts'
-import { createAccount } from '../src/services/accounts.ts'
 import type { CredentialAuthenticator } from '../src/services/authentication.ts'
-import { createOrganization } from '../src/services/organizations.ts'
-import { createTestApp, LogCapture, type TestApp, testConfig, useTestApp } from './helpers/app.ts'
-import { TestClock } from './helpers/clock.ts'
+import { cookie, newUser, PASSWORD, type TestUser, UUID } from './helpers/accounts.ts'
+import { buildAppBeside, createTestApp, useTestApp, useTestAppBeside } from './helpers/app.ts'
 
 // POST /api/auth/login over HTTP: the cookies of spec 5.1, the session response of spec 2.1,
 // indistinguishable failures (spec 5.1 rule 6), rate limits (decisions 6), re-hashing and the
 // credential-authenticator extension point (spec 5.6).
 
-const PASSWORD = 'correct horse battery staple'
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const THIRTY_DAYS = 30 * 24 * 60 * 60
 
 // The rate limit of the shared app is raised so that only the rate-limit tests meet it.
 const t = useTestApp({ config: { 'platform.auth.rate-limit.login-per-minute': '1000' } })
 
-interface Account {
-  id: string
-  organizationId: string
-  email: string
-}
+type Account = TestUser
 
-async function newAccount(app: FastifyInstance, email: string): Promise<Account> {
-  const organization = await createOrganization(app.db, { name: `Org of ${email}` })
-  const account = await createAccount(app.db, app, {
-    organizationId: organization.id,
-    email,
-    role: 'member',
-    password: PASSWORD,
-  })
-  return { id: account.id, organizationId: organization.id, email }
-}
+/** A member of a new organization with this email. */
+const newAccount = (app: FastifyInstance, email: string): Promise<Account> => newUser(app, { email })
 
 function login(
   app: FastifyInstance,
@@ -48,8 +31,6 @@ function login(
     ...options,
   })
 }
-
-const cookie = (res: LightMyRequestResponse, name: string) => res.cookies.find((c) => c.name === name)
 
 const storedAccount = (app: FastifyInstance, id: string) =>
   app.db.selectFrom('accounts').selectAll().where('id', '=', id).executeTakeFirstOrThrow()
@@ -199,18 +180,7 @@ describe('login', () => {
 })
 
 describe('login rate limits (decisions 6)', () => {
-  let limited: TestApp
-
-  beforeAll(async () => {
-    limited = await createTestApp({
-      database: t.database,
-      config: { 'platform.auth.rate-limit.login-per-minute': '3' },
-    })
-  })
-
-  afterAll(async () => {
-    await limited?.close()
-  })
+  const limited = useTestAppBeside(t, { config: { 'platform.auth.rate-limit.login-per-minute': '3' } })
 
   const expectRateLimited = (res: LightMyRequestResponse) => {
     expect(res.statusCode).toBe(429)
@@ -311,23 +281,9 @@ describe('credential authenticator extension point (spec 5.6)', () => {
   let app: FastifyInstance
 
   beforeAll(async () => {
-    const config = testConfig({
-      'platform.datasource.migrate-on-start': 'false',
-      // Rate-limit counters live in the shared database; keep this app clear of the others' counts.
-      'platform.auth.rate-limit.login-per-minute': '1000',
-    })
-    // The harness's object store of the file's main app serves this one too.
-    app = await buildApp(
-      { ...config, storage: t.config.storage },
-      {
-        database: t.database.handle,
-        clock: new TestClock(),
-        authenticator,
-        logStream: new LogCapture(),
-        logLevel: 'silent',
-      },
-    )
-    await app.ready()
+    // The harness's object store of the file's main app serves this one too. Rate-limit counters live
+    // in the shared database; keep this app clear of the others' counts.
+    app = await buildAppBeside(t, { 'platform.auth.rate-limit.login-per-minute': '1000' }, { authenticator })
   })
 
   afterAll(async () => {

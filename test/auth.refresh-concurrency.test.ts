@@ -1,54 +1,25 @@
-import { randomUUID } from 'node:crypto'
 import type { LightMyRequestResponse } from 'fastify'
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
 import type { PlatformEvents } from '../src/events.ts'
-import { createAccount } from '../src/services/accounts.ts'
-import { createOrganization } from '../src/services/organizations.ts'
+import { cookie, FAST_LOGIN_CONFIG, newUser, type Session, signIn } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
 // Strict rotation under load and under failure (decisions 6): of many simultaneous refreshes with
 // one token exactly one wins, and a database error inside the rotation is a retryable 503, not reuse.
 // On PostgreSQL (TEST_DATABASE_URL) the requests really run on parallel connections.
 
-const PASSWORD = 'correct horse battery staple'
 const PARALLEL = 24
 
 const t = useTestApp({
-  config: {
-    'platform.auth.password.hash-memory-kib': '1024',
-    'platform.auth.password.hash-iterations': '1',
-    'platform.auth.rate-limit.login-per-minute': '1000',
-    'platform.auth.rate-limit.refresh-per-minute': '1000',
-  },
+  config: { ...FAST_LOGIN_CONFIG, 'platform.auth.rate-limit.refresh-per-minute': '1000' },
 })
 
-interface Login {
-  userId: string
-  sessionId: string
-  refresh: string
-}
-
-const refreshCookie = (res: LightMyRequestResponse) => res.cookies.find((c) => c.name === 'refresh_token')
-
-async function login(): Promise<Login> {
-  const organization = await createOrganization(t.app.db, { name: `Org ${randomUUID()}` })
-  const email = `user-${randomUUID()}@example.com`
-  await createAccount(t.app.db, t.app, {
-    organizationId: organization.id,
-    email,
-    role: 'member',
-    password: PASSWORD,
-  })
-  const res = await t.app.inject({
-    method: 'POST',
-    url: '/api/auth/login',
-    payload: { username: email, password: PASSWORD },
-  })
-  expect(res.statusCode).toBe(200)
-  const refresh = refreshCookie(res)?.value
-  expect(refresh).toBeTruthy()
-  return { ...res.json(), refresh: refresh as string }
+/** A member of a new organization, signed in. */
+async function login(): Promise<Session> {
+  const session = await signIn(t.app, await newUser(t.app))
+  expect(session.refresh).toBeTruthy()
+  return session
 }
 
 const refresh = (token: string) =>
@@ -97,7 +68,7 @@ describe('concurrent refreshes with one token', () => {
     expect(row.revoked_reason).toBe('refresh_token_reuse_detected')
     // One incident, one event: only the loser that actually revoked the session publishes.
     expect(events).toEqual([{ userId: session.userId, reason: 'refresh_token_reuse_detected' }])
-    const newest = refreshCookie(winner)?.value as string
+    const newest = cookie(winner, 'refresh_token')?.value as string
     expect((await refresh(newest)).json().code).toBe('REFRESH_TOKEN_INVALID')
   })
 })
@@ -151,7 +122,7 @@ describe('a database failure inside the rotation', () => {
     const retried = await refresh(session.refresh)
     expect(retried.statusCode).toBe(200)
     expect(retried.json()).toMatchObject({ userId: session.userId, sessionId: session.sessionId })
-    expect(refreshCookie(retried)?.value).not.toBe(session.refresh)
+    expect(cookie(retried, 'refresh_token')?.value).not.toBe(session.refresh)
     expect(events).toEqual([])
     const [after] = await activeTokens(session.sessionId)
     expect(after?.id).not.toBe(before?.id)

@@ -1,40 +1,30 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
-import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest'
+import { describe, expect, it, onTestFinished } from 'vitest'
 import type { PlatformEvents } from '../src/events.ts'
-import { createAccount } from '../src/services/accounts.ts'
-import { createOrganization } from '../src/services/organizations.ts'
-import { createTestApp, type TestApp, useTestApp } from './helpers/app.ts'
+import {
+  cookie,
+  FAST_LOGIN_CONFIG,
+  newUser as newTestUser,
+  type OrganizationSession,
+  PASSWORD,
+} from './helpers/accounts.ts'
+import { useTestApp, useTestAppBeside } from './helpers/app.ts'
 
 // Spec 3.2 (refresh token and session states) and decisions 5/6 (wire answers, strict rotation),
 // through HTTP only: every token a test uses comes from a Set-Cookie header.
 
-const PASSWORD = 'correct horse battery staple'
 const DAY = 86_400
 const HOUR = 3_600
 
 // Cheap password hashing and generous limits: this file logs in and refreshes many times per minute.
-const FAST = {
-  'platform.auth.password.hash-memory-kib': '1024',
-  'platform.auth.password.hash-iterations': '1',
-  'platform.auth.rate-limit.login-per-minute': '1000',
-}
+const t = useTestApp({
+  config: { ...FAST_LOGIN_CONFIG, 'platform.auth.rate-limit.refresh-per-minute': '1000' },
+})
 
-const t = useTestApp({ config: { ...FAST, 'platform.auth.rate-limit.refresh-per-minute': '1000' } })
-
-interface Login {
-  userId: string
-  organizationId: string
-  sessionId: string
-  access: string
-  refresh: string
-}
+type Login = OrganizationSession
 
 type RevokedEvent = PlatformEvents['UserSessionsRevokedEvent']
-
-function cookie(res: LightMyRequestResponse, name: string) {
-  return res.cookies.find((c) => c.name === name)
-}
 
 function cookieValue(res: LightMyRequestResponse, name: string): string {
   const value = cookie(res, name)?.value
@@ -62,11 +52,9 @@ function expectProblem(res: LightMyRequestResponse, status: number, code: string
   expect(res.json().code).toBe(code)
 }
 
+/** A new member (of a new organization unless one is given); answers their email. */
 async function newUser(app: FastifyInstance, organizationId?: string): Promise<string> {
-  const orgId = organizationId ?? (await createOrganization(app.db, { name: `Org ${randomUUID()}` })).id
-  const email = `user-${randomUUID()}@example.com`
-  await createAccount(app.db, app, { organizationId: orgId, email, role: 'member', password: PASSWORD })
-  return email
+  return (await newTestUser(app, { organizationId })).email
 }
 
 async function login(
@@ -440,21 +428,13 @@ describe('session management', () => {
 })
 
 describe('absolute session lifetime', () => {
-  let short: TestApp
-
-  beforeAll(async () => {
-    short = await createTestApp({
-      database: t.database,
-      config: {
-        ...FAST,
-        'platform.auth.session.absolute-ttl': '2d',
-        'platform.auth.refresh-token.ttl': '1d',
-        'platform.auth.rate-limit.refresh-per-minute': '1000',
-      },
-    })
-  })
-  afterAll(async () => {
-    await short?.close()
+  const short = useTestAppBeside(t, {
+    config: {
+      ...FAST_LOGIN_CONFIG,
+      'platform.auth.session.absolute-ttl': '2d',
+      'platform.auth.refresh-token.ttl': '1d',
+      'platform.auth.rate-limit.refresh-per-minute': '1000',
+    },
   })
 
   it('never extends a session past two days from login, however often it is refreshed', async () => {
@@ -490,16 +470,8 @@ describe('absolute session lifetime', () => {
 })
 
 describe('refresh rate limit', () => {
-  let limited: TestApp
-
-  beforeAll(async () => {
-    limited = await createTestApp({
-      database: t.database,
-      config: { ...FAST, 'platform.auth.rate-limit.refresh-per-minute': '2' },
-    })
-  })
-  afterAll(async () => {
-    await limited?.close()
+  const limited = useTestAppBeside(t, {
+    config: { ...FAST_LOGIN_CONFIG, 'platform.auth.rate-limit.refresh-per-minute': '2' },
   })
 
   it('answers the third refresh from one IP within a minute with 429 RATE_LIMITED and Retry-After', async () => {

@@ -3,63 +3,29 @@ import { validate } from '@readme/openapi-parser'
 import { Type } from '@sinclair/typebox'
 import type { FastifyInstance, InjectOptions } from 'fastify'
 import { describe, expect, it } from 'vitest'
-import { requireAuthentication } from '../plugins/auth.ts'
 import { requireTenant } from '../src/context.ts'
-import { type Principal, requirePrincipal } from '../src/principal.ts'
+import { UUID, userAccessToken } from './helpers/accounts.ts'
 import { createTestApp, useTestApp } from './helpers/app.ts'
+import { filesReadRoute, protectedTestRoutes } from './helpers/machines.ts'
 
 // Service accounts over HTTP (spec 2.3, 2.7, 5.3): the client-credentials grant, the bearer token
 // it issues, the SERVICE_ACCOUNT principal without an organization, scopes (decisions 5), and the
 // OpenAPI security derived from each route's config.
 
-const PrincipalView = Type.Object({
-  type: Type.String(),
-  id: Type.String(),
-  organizationId: Type.Union([Type.String(), Type.Null()]),
-  scopes: Type.Union([Type.Array(Type.String()), Type.Null()]),
+// The protected test scope, and a tenant route that needs the current organization.
+const testRoutes = protectedTestRoutes((feature) => {
+  feature.get(
+    '/api/test/tenant',
+    filesReadRoute('testTenant', { response: { 200: Type.Object({ organizationId: Type.String() }) } }),
+    async () => ({ organizationId: requireTenant() }),
+  )
 })
-
-const principalView = (principal: Principal) => ({
-  type: principal.type,
-  id: principal.id,
-  organizationId: principal.organizationId,
-  scopes: principal.type === 'USER' ? null : [...principal.scopes].sort(),
-})
-
-// A protected scope like a feature's: its hook requires a principal, its routes name their scope.
-async function testRoutes(app: FastifyInstance) {
-  await app.register(async (feature) => {
-    feature.addHook('onRequest', requireAuthentication)
-    feature.get(
-      '/api/test/scoped',
-      {
-        config: { scope: 'files:read' },
-        schema: { tags: ['test'], operationId: 'testScoped', response: { 200: PrincipalView } },
-      },
-      async (request) => principalView(requirePrincipal(request)),
-    )
-    feature.get(
-      '/api/test/tenant',
-      {
-        config: { scope: 'files:read' },
-        schema: {
-          tags: ['test'],
-          operationId: 'testTenant',
-          response: { 200: Type.Object({ organizationId: Type.String() }) },
-        },
-      },
-      async () => ({ organizationId: requireTenant() }),
-    )
-  })
-}
 
 // Rate limits are raised on the shared app so that only the rate-limit test meets them.
 const t = useTestApp({
   config: { 'platform.auth.rate-limit.login-per-minute': '1000' },
   configure: testRoutes,
 })
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 let clientCount = 0
 async function newServiceAccount(scopes: string[] = ['files:read']) {
@@ -226,12 +192,7 @@ describe('service bearer tokens', () => {
 
   it('are the only bearer tokens: a valid user access token sent as Bearer is refused', async () => {
     const organizationId = randomUUID()
-    const userToken = t.app.tokens.issueUserToken({
-      sub: randomUUID(),
-      sid: randomUUID(),
-      org: organizationId,
-      ver: 0,
-    }).token
+    const userToken = userAccessToken(t.app, organizationId)
     const asCookie = await t.app.inject({
       method: 'GET',
       url: '/api/test/scoped',

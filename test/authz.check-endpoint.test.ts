@@ -1,40 +1,19 @@
 import { randomUUID } from 'node:crypto'
 import type { InjectOptions, LightMyRequestResponse } from 'fastify'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { AuthorizationUnavailableError } from '../src/authz/port.ts'
-import {
-  ACCOUNT_TEST_CONFIG,
-  expectProblem,
-  newUser,
-  type Session,
-  signIn,
-  type TestUser,
-} from './helpers/accounts.ts'
-import { createTestApp, type TestApp } from './helpers/app.ts'
-import { queueOwnedPurchaseRequest, type SwitchablePort, switchableEmbeddedPort } from './helpers/authz.ts'
-import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { expectProblem, newUser, type Session, signIn, type TestUser } from './helpers/accounts.ts'
+import { queueOwnedPurchaseRequest, useAuthzTestApp } from './helpers/authz.ts'
+import { newApiKey, serviceBearer } from './helpers/machines.ts'
 
 // The permission check (spec 4.2, 2.12, 5.5; decisions 5): over HTTP, for users, API keys and
 // service accounts, against tuples delivered through the outbox. A denied check is 200
 // {allowed: false}, never 403; a check that cannot be answered is 503, never an allow.
 
-let database: TestDatabase
-let port: SwitchablePort
-let t: TestApp
-
-beforeAll(async () => {
-  database = await createTestDatabase()
-  port = await switchableEmbeddedPort(database.handle.db)
-  t = await createTestApp({ database, config: ACCOUNT_TEST_CONFIG, deps: { authorization: port } })
-})
-
-afterAll(async () => {
-  await t?.close()
-  await database?.dispose()
-})
+const t = useAuthzTestApp()
 
 afterEach(() => {
-  port.failures = {}
+  t.port.failures = {}
 })
 
 type Credentials = Pick<InjectOptions, 'cookies' | 'headers'>
@@ -72,13 +51,7 @@ async function organizationWithPurchaseRequest() {
 }
 
 async function apiKey(organizationId: string, scopes: string[]): Promise<Credentials> {
-  const key = await t.app.apiKeys.create({
-    organizationId,
-    scopes,
-    description: 'integration',
-    expiresAt: null,
-  })
-  return { headers: { 'x-api-key': key.rawKey } }
+  return { headers: (await newApiKey(t.app, organizationId, scopes)).headers }
 }
 
 const VALID = { relation: 'member', objectType: 'organization', objectId: randomUUID() }
@@ -183,18 +156,7 @@ describe('POST /api/authz/check', () => {
   })
 
   it('answers false for a service account: it has no organization and no subject in the model', async () => {
-    const account = await t.app.serviceAccounts.create({
-      clientId: `checker-${randomUUID()}`,
-      description: 'a backend',
-      scopes: ['authz:check'],
-    })
-    const token = await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/service-token',
-      payload: { clientId: account.clientId, clientSecret: account.clientSecret },
-    })
-    expect(token.statusCode).toBe(200)
-    const bearer = { headers: { authorization: `Bearer ${token.json().accessToken}` } }
+    const bearer = { headers: await serviceBearer(t.app, ['authz:check'], `checker-${randomUUID()}`) }
     const res = await check(bearer, {
       relation: 'can_view',
       objectType: 'purchase_request',
@@ -211,7 +173,7 @@ describe('POST /api/authz/check', () => {
         new TypeError("Cannot read properties of undefined (reading 'allowed')"),
       ],
     ])('answers 503 SERVICE_UNAVAILABLE with Retry-After when the server is %s', async (_, error) => {
-      port.failures.check = error
+      t.port.failures.check = error
       const res = await check(home.admin, {
         relation: 'can_view',
         objectType: 'purchase_request',
@@ -224,11 +186,11 @@ describe('POST /api/authz/check', () => {
     })
 
     it('reports authorization DOWN on /health/ready when the server does not answer', async () => {
-      port.failures.ready = new AuthorizationUnavailableError('connect ECONNREFUSED 127.0.0.1:8080')
+      t.port.failures.ready = new AuthorizationUnavailableError('connect ECONNREFUSED 127.0.0.1:8080')
       const res = await t.app.inject({ method: 'GET', url: '/health/ready' })
       expectProblem(res, 503, 'SERVICE_UNAVAILABLE')
       expect(res.json().checks).toEqual({ database: 'UP', authorization: 'DOWN', storage: 'UP' })
-      port.failures = {}
+      t.port.failures = {}
       const healed = await t.app.inject({ method: 'GET', url: '/health/ready' })
       expect(healed.json()).toEqual({
         status: 'UP',

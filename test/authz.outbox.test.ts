@@ -1,42 +1,27 @@
 import { randomUUID } from 'node:crypto'
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { AuthorizationUnavailableError, type TupleKey } from '../src/authz/port.ts'
 import type { TupleChange } from '../src/authz/tuples.ts'
 import { ACCOUNT_TEST_CONFIG, newUser, signIn } from './helpers/accounts.ts'
-import { createTestApp, type TestApp } from './helpers/app.ts'
+import { createTestApp } from './helpers/app.ts'
 import {
   describeChange,
   queueOwnedPurchaseRequest,
   queueTupleChanges,
-  type SwitchablePort,
-  switchableEmbeddedPort,
+  useAuthzTestApp,
 } from './helpers/authz.ts'
-import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
 // Tuple consistency through the authorization outbox (decisions 6): changes are queued with the
 // database change that causes them and delivered in order under a lease, so an authorization
 // server that is down delays access but never loses it; a change the model rejects is set aside.
 
-let database: TestDatabase
-let port: SwitchablePort
-let t: TestApp
-
-beforeAll(async () => {
-  database = await createTestDatabase()
-  port = await switchableEmbeddedPort(database.handle.db)
-  t = await createTestApp({ database, config: ACCOUNT_TEST_CONFIG, deps: { authorization: port } })
-})
-
-afterAll(async () => {
-  await t?.close()
-  await database?.dispose()
-})
+const t = useAuthzTestApp()
 
 const MAX_BACKOFF_MS = 5 * 60_000
 
 // Each test leaves the queue empty: the server is healed and what is left is delivered.
 afterEach(async () => {
-  port.failures = {}
+  t.port.failures = {}
   t.clock.advance(MAX_BACKOFF_MS)
   await t.app.authz.outbox.runOnce()
   expect(await t.app.authz.outbox.pending()).toBe(0)
@@ -64,14 +49,14 @@ const change = (operation: TupleChange['operation'], key: TupleKey): TupleChange
   object: key.object,
 })
 
-const exists = (key: TupleKey) => port.inner.check(key)
+const exists = (key: TupleKey) => t.port.inner.check(key)
 
 /** A fresh `user:<id> member organization:<id>` tuple. */
 const memberTuple = () => tuple(`user:${randomUUID()}`, 'member', `organization:${randomUUID()}`)
 
 describe('authorization outbox', () => {
   it('keeps the changes while the authorization server is down, backs off, and delivers them once it is back', async () => {
-    port.failures.write = serverDown()
+    t.port.failures.write = serverDown()
     const member = await newUser(t.app)
     const purchaseRequest = await queueOwnedPurchaseRequest(t.app, member.organizationId)
     const session = await signIn(t.app, member)
@@ -107,10 +92,10 @@ describe('authorization outbox', () => {
     expect(await canView()).toBe(false)
 
     // Before the backoff has passed, the server is not even asked.
-    const attempts = port.attempts
+    const attempts = t.port.attempts
     t.clock.advance(999)
     expect(await runOnce()).toBe(0)
-    expect(port.attempts).toBe(attempts)
+    expect(t.port.attempts).toBe(attempts)
 
     // Still down at the next attempt: the backoff doubles (1 s × 2^attempts).
     t.clock.advance(1)
@@ -126,7 +111,7 @@ describe('authorization outbox', () => {
     expect(await canView()).toBe(false)
 
     // Back: once the backoff has passed, both changes are delivered and the resource is readable.
-    port.failures = {}
+    t.port.failures = {}
     t.clock.advance(2000)
     expect(await runOnce()).toBe(2)
     ;[head, next] = await outboxRows(ids)
@@ -180,10 +165,10 @@ describe('authorization outbox', () => {
 
   it('delivers each change once and in order when two instances run at the same time', async () => {
     const other = await createTestApp({
-      database,
+      database: t.database,
       clock: t.clock,
       config: ACCOUNT_TEST_CONFIG,
-      deps: { authorization: port },
+      deps: { authorization: t.port },
     })
     try {
       const [a, b, c] = [memberTuple(), memberTuple(), memberTuple()]
@@ -197,15 +182,15 @@ describe('authorization outbox', () => {
       ]
       await queueTupleChanges(t.app, changes)
       const ids = (await pendingRows()).map((r) => r.id)
-      port.delivered.length = 0
+      t.port.delivered.length = 0
 
       const applied = await Promise.all([runOnce(), other.app.authz.outbox.runOnce()])
 
       // One instance held the lease and delivered everything; the other found it taken.
       expect(applied.toSorted((x, y) => x - y)).toEqual([0, changes.length])
       const expected = changes.map((c) => describeChange(c.operation, tuple(c.subject, c.relation, c.object)))
-      expect(port.delivered.toSorted()).toEqual(expected.toSorted())
-      expect(port.delivered.filter((d) => d.endsWith(` ${a.object}`))).toEqual([
+      expect(t.port.delivered.toSorted()).toEqual(expected.toSorted())
+      expect(t.port.delivered.filter((d) => d.endsWith(` ${a.object}`))).toEqual([
         describeChange('write', a),
         describeChange('delete', a),
         describeChange('write', a),
@@ -222,7 +207,7 @@ describe('authorization outbox', () => {
   })
 
   it('kick() never throws: a failed delivery stays queued for the poller', async () => {
-    port.failures.write = serverDown()
+    t.port.failures.write = serverDown()
     const key = memberTuple()
     await queueTupleChanges(t.app, [change('write', key)])
     await expect(t.app.authz.outbox.kick()).resolves.toBeUndefined()

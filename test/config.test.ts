@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest'
 import {
-  ConfigError,
   configFromEnv,
   configProperties,
   envName,
@@ -8,21 +7,11 @@ import {
   parseDuration,
   parseSize,
 } from '../src/config.ts'
-import { testSecret } from './helpers/app.ts'
+import { configErrorOf, testSecret } from './helpers/app.ts'
 
 const secret = testSecret()
 const load = (source: Record<string, string> = {}) =>
   loadConfig({ 'platform.auth.jwt.secret': secret, ...source })
-
-function configErrorOf(fn: () => unknown): ConfigError {
-  try {
-    fn()
-  } catch (error) {
-    if (error instanceof ConfigError) return error
-    throw error
-  }
-  throw new Error('expected a ConfigError')
-}
 
 describe('configuration', () => {
   it('applies the documented defaults', () => {

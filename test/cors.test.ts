@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest'
-import { createTestApp, type TestApp } from './helpers/app.ts'
+import { describe, expect, it } from 'vitest'
+import { createTestAppForTest, type TestApp } from './helpers/app.ts'
 
 const preflight = (t: TestApp, origin: string) =>
   t.app.inject({
@@ -13,14 +13,8 @@ const preflight = (t: TestApp, origin: string) =>
   })
 
 describe('cross-origin requests', () => {
-  let t: TestApp | undefined
-  afterEach(async () => {
-    await t?.close()
-    t = undefined
-  })
-
   it('sends no CORS headers by default, so browsers refuse cross-origin calls', async () => {
-    t = await createTestApp()
+    const t = await createTestAppForTest()
     const res = await t.app.inject({
       method: 'GET',
       url: '/health/live',
@@ -31,7 +25,7 @@ describe('cross-origin requests', () => {
   })
 
   it('allows credentials only for the listed origins', async () => {
-    t = await createTestApp({
+    const t = await createTestAppForTest({
       config: { 'platform.web.cors.allowed-origins': 'https://app.example,https://admin.example' },
     })
     const allowed = await preflight(t, 'https://app.example')

@@ -1,16 +1,10 @@
 import { validate } from '@readme/openapi-parser'
-import { afterEach, describe, expect, it } from 'vitest'
-import { createTestApp, type TestApp } from './helpers/app.ts'
+import { describe, expect, it } from 'vitest'
+import { createTestAppForTest } from './helpers/app.ts'
 
 describe('OpenAPI document and interactive docs', () => {
-  let current: TestApp | undefined
-  afterEach(async () => {
-    await current?.close()
-    current = undefined
-  })
-
   it('serves a valid OpenAPI 3.1 document at /v3/api-docs without authentication', async () => {
-    current = await createTestApp()
+    const current = await createTestAppForTest()
     const res = await current.app.inject({ method: 'GET', url: '/v3/api-docs' })
     expect(res.statusCode).toBe(200)
     const document = res.json()
@@ -32,7 +26,7 @@ describe('OpenAPI document and interactive docs', () => {
   })
 
   it('names the configured cookie and API-key header in the security schemes', async () => {
-    current = await createTestApp({
+    const current = await createTestAppForTest({
       config: {
         'platform.auth.cookie.access-token-name': 'sid',
         'platform.auth.api-key.header-name': 'X-Key',
@@ -45,7 +39,7 @@ describe('OpenAPI document and interactive docs', () => {
   })
 
   it('serves the interactive page at /docs', async () => {
-    current = await createTestApp()
+    const current = await createTestAppForTest()
     const res = await current.app.inject({ method: 'GET', url: '/docs/' })
     expect(res.statusCode).toBe(200)
     expect(res.headers['content-type']).toMatch(/text\/html/)
@@ -66,7 +60,7 @@ describe('OpenAPI document and interactive docs', () => {
     ],
     ['platform.docs.enabled=false', { 'platform.docs.enabled': 'false' }],
   ])('turns both off under %s', async (_case, config) => {
-    current = await createTestApp({ config })
+    const current = await createTestAppForTest({ config })
     for (const url of ['/v3/api-docs', '/docs', '/docs/']) {
       const res = await current.app.inject({ method: 'GET', url })
       expect(res.statusCode).toBe(404)

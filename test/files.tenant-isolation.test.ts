@@ -1,18 +1,22 @@
 import { randomUUID } from 'node:crypto'
 import type { LightMyRequestResponse } from 'fastify'
 import { describe, expect, it } from 'vitest'
-import { expectProblem, newUser, type Session, signIn } from './helpers/accounts.ts'
+import { expectProblem } from './helpers/accounts.ts'
 import {
   confirm,
   downloadUrl,
+  type Editor,
+  filesOfUrl,
   initiate,
+  initiateBody,
   initiated,
   listFiles,
-  ownedResource,
+  newEditor,
   putBytes,
   type Upload,
   useFilesTestApp,
 } from './helpers/files.ts'
+import { newDeliveredApiKey } from './helpers/machines.ts'
 
 // Files never cross organizations: another organization's user or API key gets 403 ACCESS_DENIED
 // on the resource or 404 for the file id, never the file, its key or an address. Machine
@@ -21,17 +25,10 @@ import {
 
 const t = useFilesTestApp()
 
-interface Tenant {
-  organizationId: string
-  session: Session
-  resourceId: string
-}
+type Tenant = Editor
 
-async function tenant(): Promise<Tenant> {
-  const user = await newUser(t.app, { role: 'admin' })
-  const resourceId = await ownedResource(t.app, user.organizationId)
-  return { organizationId: user.organizationId, session: await signIn(t.app, user), resourceId }
-}
+/** An organization admin signed in, with a purchase request of their organization. */
+const tenant = () => newEditor(t.app)
 
 /** A confirmed file on the tenant's resource. */
 async function confirmedFile(owner: Tenant): Promise<Upload> {
@@ -51,16 +48,7 @@ function expectNothingOf(res: LightMyRequestResponse, upload: Upload, owner: Ten
   expect(res.body).not.toContain('X-Amz-Signature')
 }
 
-async function apiKey(organizationId: string, scopes: string[]) {
-  const key = await t.app.apiKeys.create({
-    organizationId,
-    scopes,
-    description: 'integration',
-    expiresAt: null,
-  })
-  await t.app.authz.outbox.runOnce()
-  return { id: key.id, headers: { 'x-api-key': key.rawKey } }
-}
+const apiKey = (organizationId: string, scopes: string[]) => newDeliveredApiKey(t.app, organizationId, scopes)
 
 const asKey = (headers: Record<string, string>, method: 'GET' | 'POST', url: string, payload?: object) =>
   t.app.inject({ method, url, headers, ...(payload ? { payload } : {}) })
@@ -126,12 +114,7 @@ describe('API keys', () => {
     const owner = await tenant()
     const upload = await confirmedFile(owner)
     const reader = (await apiKey(owner.organizationId, ['files:read'])).headers
-    const body = {
-      resourceType: 'purchase_request',
-      resourceId: owner.resourceId,
-      fileName: 'a.pdf',
-      contentType: 'application/pdf',
-    }
+    const body = initiateBody({ resourceId: owner.resourceId, fileName: 'a.pdf' })
     expectProblem(await asKey(reader, 'POST', '/api/storage/files', body), 403, 'INSUFFICIENT_SCOPE')
     expectProblem(
       await asKey(reader, 'POST', `/api/storage/files/${upload.fileId}/confirm`),
@@ -139,11 +122,7 @@ describe('API keys', () => {
       'INSUFFICIENT_SCOPE',
     )
     // files:read is enough to read.
-    const list = await asKey(
-      reader,
-      'GET',
-      `/api/storage/files?resourceType=purchase_request&resourceId=${owner.resourceId}`,
-    )
+    const list = await asKey(reader, 'GET', filesOfUrl(owner.resourceId))
     expect(list.statusCode).toBe(200)
     expect(list.json().items).toHaveLength(1)
     expect((await asKey(reader, 'GET', `/api/storage/files/${upload.fileId}/download-url`)).statusCode).toBe(
@@ -161,12 +140,7 @@ describe('API keys', () => {
   it('uploads with files:read and files:write in its own organization', async () => {
     const owner = await tenant()
     const { id: keyId, headers: key } = await apiKey(owner.organizationId, ['files:read', 'files:write'])
-    const body = {
-      resourceType: 'purchase_request',
-      resourceId: owner.resourceId,
-      fileName: 'feed.csv',
-      contentType: 'text/csv',
-    }
+    const body = initiateBody({ resourceId: owner.resourceId, fileName: 'feed.csv', contentType: 'text/csv' })
     const started = await asKey(key, 'POST', '/api/storage/files', body)
     expect(started.statusCode).toBe(201)
     const upload = started.json() as Upload
@@ -189,12 +163,7 @@ describe('API keys', () => {
     const upload = await confirmedFile(owner)
     const intruder = await tenant()
     const key = (await apiKey(intruder.organizationId, ['files:read', 'files:write'])).headers
-    const body = {
-      resourceType: 'purchase_request',
-      resourceId: owner.resourceId,
-      fileName: 'a.pdf',
-      contentType: 'application/pdf',
-    }
+    const body = initiateBody({ resourceId: owner.resourceId, fileName: 'a.pdf' })
     expectProblem(await asKey(key, 'POST', '/api/storage/files', body), 403, 'ACCESS_DENIED')
     expectProblem(await asKey(key, 'POST', `/api/storage/files/${upload.fileId}/confirm`), 404, 'NOT_FOUND')
     expectProblem(
@@ -202,15 +171,7 @@ describe('API keys', () => {
       404,
       'NOT_FOUND',
     )
-    expectProblem(
-      await asKey(
-        key,
-        'GET',
-        `/api/storage/files?resourceType=purchase_request&resourceId=${owner.resourceId}`,
-      ),
-      403,
-      'ACCESS_DENIED',
-    )
+    expectProblem(await asKey(key, 'GET', filesOfUrl(owner.resourceId)), 403, 'ACCESS_DENIED')
   })
 })
 
@@ -224,21 +185,8 @@ describe('service accounts', () => {
     })
     const token = await t.app.serviceAccounts.issueToken(account.clientId, account.clientSecret)
     const headers = { authorization: `Bearer ${token.token}` }
-    const body = {
-      resourceType: 'purchase_request',
-      resourceId: owner.resourceId,
-      fileName: 'a.pdf',
-      contentType: 'application/pdf',
-    }
+    const body = initiateBody({ resourceId: owner.resourceId, fileName: 'a.pdf' })
     expectProblem(await asKey(headers, 'POST', '/api/storage/files', body), 403, 'ORGANIZATION_REQUIRED')
-    expectProblem(
-      await asKey(
-        headers,
-        'GET',
-        `/api/storage/files?resourceType=purchase_request&resourceId=${owner.resourceId}`,
-      ),
-      403,
-      'ORGANIZATION_REQUIRED',
-    )
+    expectProblem(await asKey(headers, 'GET', filesOfUrl(owner.resourceId)), 403, 'ORGANIZATION_REQUIRED')
   })
 })

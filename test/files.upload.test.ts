@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { runWithTenant } from '../src/context.ts'
 import type { UserPrincipal } from '../src/principal.ts'
 import { sanitizeFileName } from '../src/storage/file-metadata.ts'
-import { expectProblem, newUser, type Session, signIn, UUID } from './helpers/accounts.ts'
+import { expectProblem, newUser, signIn, UUID } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
 import {
@@ -12,6 +12,7 @@ import {
   initiate,
   initiated,
   listFiles,
+  newEditor,
   ownedResource,
   putBytes,
   useFilesTestApp,
@@ -26,24 +27,7 @@ import {
 
 const t = useFilesTestApp()
 
-interface Editor {
-  organizationId: string
-  userId: string
-  session: Session
-  resourceId: string
-}
-
-/** An organization admin (can_edit) signed in, with a purchase request of their organization. */
-async function editor(): Promise<Editor> {
-  const user = await newUser(t.app, { role: 'admin' })
-  const resourceId = await ownedResource(t.app, user.organizationId)
-  return {
-    organizationId: user.organizationId,
-    userId: user.id,
-    session: await signIn(t.app, user),
-    resourceId,
-  }
-}
+const editor = () => newEditor(t.app)
 
 const fileRow = (id: string) =>
   t.app.db.selectFrom('files').selectAll().where('id', '=', id).executeTakeFirstOrThrow()
@@ -406,11 +390,7 @@ describe('over the size limit (platform.storage.max-file-size=10)', () => {
     await small?.close()
   })
 
-  async function smallEditor() {
-    const user = await newUser(small.app, { role: 'admin' })
-    const resourceId = await ownedResource(small.app, user.organizationId)
-    return { session: await signIn(small.app, user), resourceId }
-  }
+  const smallEditor = () => newEditor(small.app)
 
   it('refuses a file of 11 bytes at confirm, deletes the object and marks the file REJECTED', async () => {
     const { session, resourceId } = await smallEditor()

@@ -10,6 +10,7 @@ import { openPGlite } from '../src/db/database.ts'
 import { requirePrincipal } from '../src/principal.ts'
 import { createTestApp, type TestApp, testSecret } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { filesReadRoute } from './helpers/machines.ts'
 import { type Finished, runNode } from './helpers/process.ts'
 
 // The raw API key, the client secret and the issued service token are shown once, to whoever asked
@@ -56,14 +57,9 @@ async function withApp<T>(fn: (t: TestApp) => Promise<T>): Promise<T> {
         feature.addHook('onRequest', requireAuthentication)
         feature.get(
           '/api/test/scoped',
-          {
-            config: { scope: 'files:read' },
-            schema: {
-              tags: ['test'],
-              operationId: 'testScoped',
-              response: { 200: Type.Object({ type: Type.String(), id: Type.String() }) },
-            },
-          },
+          filesReadRoute('testScoped', {
+            response: { 200: Type.Object({ type: Type.String(), id: Type.String() }) },
+          }),
           async (request) => {
             const principal = requirePrincipal(request)
             return { type: principal.type, id: principal.id }

@@ -13,6 +13,7 @@ import {
   signIn,
 } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
+import { newApiKey } from './helpers/machines.ts'
 
 // Organization configuration over HTTP (spec 4.4, decisions 5): members read, admins write, nobody
 // reaches another organization's entries; keys and values are validated; API keys need the
@@ -78,12 +79,7 @@ async function organization(): Promise<Organization> {
 }
 
 async function apiKey(organizationId: string, scopes: string[]): Promise<Credentials> {
-  const key = await t.app.apiKeys.create({
-    organizationId,
-    scopes,
-    description: 'integration',
-    expiresAt: null,
-  })
+  const key = await newApiKey(t.app, organizationId, scopes)
   await deliverTuples(t.app)
   return { apiKey: key.rawKey }
 }

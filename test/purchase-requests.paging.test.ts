@@ -1,12 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest'
-import {
-  ACCOUNT_TEST_CONFIG,
-  asUser,
-  expectProblem,
-  newUser,
-  type Session,
-  signIn,
-} from './helpers/accounts.ts'
+import { ACCOUNT_TEST_CONFIG, asUser, expectProblem, newActor, type Session } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
 // Keyset paging of GET /api/purchase-requests (decisions 5): newest first in (createdAt desc,
@@ -27,10 +20,10 @@ interface Page {
   nextCursor: string | null
 }
 
+/** A member of a new organization, signed in, whose role tuple has been delivered. */
 async function signedInMember(): Promise<{ session: Session; organizationId: string }> {
-  const user = await newUser(t.app)
-  await t.app.authz.outbox.runOnce()
-  return { session: await signIn(t.app, user), organizationId: user.organizationId }
+  const { user, session } = await newActor(t.app)
+  return { session, organizationId: user.organizationId }
 }
 
 const list = (session: Session, query: Record<string, string | number>) =>

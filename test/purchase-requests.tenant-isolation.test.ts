@@ -1,57 +1,28 @@
 import { randomUUID } from 'node:crypto'
 import type { InjectOptions, LightMyRequestResponse } from 'fastify'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { AuthorizationUnavailableError } from '../src/authz/port.ts'
-import type { Role } from '../src/db/schema.ts'
 import {
-  ACCOUNT_TEST_CONFIG,
+  type Actor,
   asUser,
   expectProblem,
+  newActor,
   newOrganization,
-  newUser,
   type Session,
-  signIn,
-  type TestUser,
 } from './helpers/accounts.ts'
-import { createTestApp, type TestApp } from './helpers/app.ts'
-import { type SwitchablePort, switchableEmbeddedPort } from './helpers/authz.ts'
-import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { useAuthzTestApp } from './helpers/authz.ts'
+import { newDeliveredApiKey, serviceBearer } from './helpers/machines.ts'
 
 // Purchase requests across organizations and principal kinds (spec 2.12, 4.5, 5.5; decisions 5
 // and 6): another organization's request is out of reach, every route needs credentials, API keys
 // are bounded by their scopes and organization, service accounts have no organization, and an
 // authorization server that is down delays the creator's access without losing it.
 
-let database: TestDatabase
-let port: SwitchablePort
-let t: TestApp
-
-beforeAll(async () => {
-  database = await createTestDatabase()
-  port = await switchableEmbeddedPort(database.handle.db)
-  t = await createTestApp({ database, config: ACCOUNT_TEST_CONFIG, deps: { authorization: port } })
-})
-
-afterAll(async () => {
-  await t?.close()
-  await database?.dispose()
-})
-
-interface Actor {
-  user: TestUser
-  session: Session
-}
-
-/** A signed-in account whose role tuple has been delivered to the authorization server. */
-async function actor(options: { organizationId?: string; role?: Role } = {}): Promise<Actor> {
-  const user = await newUser(t.app, options)
-  await t.app.authz.outbox.runOnce()
-  return { user, session: await signIn(t.app, user) }
-}
+const t = useAuthzTestApp()
 
 async function organization(): Promise<{ member: Actor; admin: Actor; organizationId: string }> {
-  const member = await actor()
-  const admin = await actor({ organizationId: member.user.organizationId, role: 'admin' })
+  const member = await newActor(t.app)
+  const admin = await newActor(t.app, { organizationId: member.user.organizationId, role: 'admin' })
   return { member, admin, organizationId: member.user.organizationId }
 }
 
@@ -99,18 +70,6 @@ async function snapshot(id: string) {
     .where('template', '=', 'purchase_request_approved')
     .execute()
   return { row, events, mails }
-}
-
-/** An API key of the organization whose membership tuples have been delivered. */
-async function apiKey(organizationId: string, scopes: string[]) {
-  const key = await t.app.apiKeys.create({
-    organizationId,
-    scopes,
-    description: 'integration',
-    expiresAt: null,
-  })
-  await t.app.authz.outbox.runOnce()
-  return { id: key.id, headers: { 'x-api-key': key.rawKey } }
 }
 
 describe("another organization's purchase request", () => {
@@ -187,7 +146,7 @@ describe('API keys', () => {
   it("with purchase_requests:read list and read their organization's requests but get 403 INSUFFICIENT_SCOPE on writes", async () => {
     const { member, organizationId } = await organization()
     const id = await created(member)
-    const reader = await apiKey(organizationId, ['purchase_requests:read'])
+    const reader = await newDeliveredApiKey(t.app, organizationId, ['purchase_requests:read'])
 
     const page = await list(reader)
     expect(page.statusCode).toBe(200)
@@ -208,7 +167,7 @@ describe('API keys', () => {
   it("with purchase_requests:read cannot read another organization's request", async () => {
     const owner = await organization()
     const id = await created(owner.member)
-    const outsider = await apiKey(await newOrganization(t.app), ['purchase_requests:read'])
+    const outsider = await newDeliveredApiKey(t.app, await newOrganization(t.app), ['purchase_requests:read'])
 
     expectProblem(await get(outsider, id), 403, 'ACCESS_DENIED')
     expectProblem(await history(outsider, id), 403, 'ACCESS_DENIED')
@@ -217,7 +176,7 @@ describe('API keys', () => {
 
   it('with purchase_requests:write (an organization admin in the model) create, submit and approve', async () => {
     const { member, organizationId } = await organization()
-    const writer = await apiKey(organizationId, ['purchase_requests:write'])
+    const writer = await newDeliveredApiKey(t.app, organizationId, ['purchase_requests:write'])
 
     const res = await create(writer, 'Licences for the build farm')
     expect(res.statusCode).toBe(201)
@@ -247,18 +206,9 @@ describe('API keys', () => {
 
 describe('service accounts', () => {
   it('have no organization: 403 ORGANIZATION_REQUIRED on create and list', async () => {
-    const account = await t.app.serviceAccounts.create({
-      clientId: `backend-${randomUUID()}`,
-      description: 'a backend',
-      scopes: ['purchase_requests:read', 'purchase_requests:write'],
-    })
-    const token = await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/service-token',
-      payload: { clientId: account.clientId, clientSecret: account.clientSecret },
-    })
-    expect(token.statusCode).toBe(200)
-    const service = { headers: { authorization: `Bearer ${token.json().accessToken}` } }
+    const service = {
+      headers: await serviceBearer(t.app, ['purchase_requests:read', 'purchase_requests:write']),
+    }
     const { member } = await organization()
     const id = await created(member)
 
@@ -272,21 +222,21 @@ describe('service accounts', () => {
 describe('the authorization server down while a request is created', () => {
   it('leaves the request unreadable until the ownership tuple is delivered, then readable by its creator', async () => {
     const { member, organizationId } = await organization()
-    port.failures.write = new AuthorizationUnavailableError('connect ECONNREFUSED 127.0.0.1:8080')
-    const attempts = port.attempts
+    t.port.failures.write = new AuthorizationUnavailableError('connect ECONNREFUSED 127.0.0.1:8080')
+    const attempts = t.port.attempts
 
     const res = await create(member)
 
     // The request is committed; only the ownership tuple waits in the outbox.
     expect(res.statusCode).toBe(201)
     const id = res.json().id
-    expect(port.attempts).toBeGreaterThan(attempts)
+    expect(t.port.attempts).toBeGreaterThan(attempts)
     expect(await t.app.authz.outbox.pending()).toBe(1)
     expect((await snapshot(id)).row).toMatchObject({ organization_id: organizationId, status: 'DRAFT' })
     expectProblem(await get(member, id), 403, 'ACCESS_DENIED')
 
     // Healed, but the failed delivery is backing off: nothing is delivered before it is due.
-    port.failures = {}
+    t.port.failures = {}
     expect(await t.app.authz.outbox.runOnce()).toBe(0)
     expectProblem(await get(member, id), 403, 'ACCESS_DENIED')
 

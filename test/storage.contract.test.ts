@@ -2,11 +2,11 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ConfigError, loadConfig } from '../src/config.ts'
+import { loadConfig } from '../src/config.ts'
 import { EMBEDDED_S3_CREDENTIALS, startEmbeddedStorage } from '../src/storage/embedded-s3.ts'
 import type { ObjectStore } from '../src/storage/port.ts'
 import { createObjectStore, S3ObjectStore } from '../src/storage/s3.ts'
-import { testConfig, testSecret } from './helpers/app.ts'
+import { configErrorOf, testConfig, testSecret } from './helpers/app.ts'
 import { startTestS3, type TestS3 } from './helpers/s3.ts'
 import { closedPort } from './helpers/smtp.ts'
 
@@ -172,16 +172,6 @@ describe('readiness', () => {
 })
 
 describe('configuration', () => {
-  const configErrorOf = (fn: () => unknown): ConfigError => {
-    try {
-      fn()
-    } catch (error) {
-      if (error instanceof ConfigError) return error
-      throw error
-    }
-    throw new Error('expected a ConfigError')
-  }
-
   it('requires platform.storage.s3.endpoint under the production profile', () => {
     const error = configErrorOf(() => createObjectStore(testConfig({ 'platform.profile': 'production' })))
     expect(error.property).toBe('platform.storage.s3.endpoint')

@@ -1,19 +1,16 @@
-import { randomUUID } from 'node:crypto'
 import { Readable } from 'node:stream'
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { LightMyRequestResponse } from 'fastify'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { requireAuthentication } from '../plugins/auth.ts'
 import { currentTenant } from '../src/context.ts'
-import { createAccount } from '../src/services/accounts.ts'
-import { createOrganization } from '../src/services/organizations.ts'
+import { FAST_LOGIN_CONFIG, type OrganizationSession, signInNewUser } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
 // Style convention 4: domain code reads the organization from the request context. A test route
 // reads it inside its handler, after awaits, for requests with a JSON body, while other
 // organizations' requests are suspended in the same process.
 
-const PASSWORD = 'correct horse battery staple'
 const TENANT_ROUTE = '/api/test/tenant'
 
 interface Barrier {
@@ -35,11 +32,7 @@ async function holdAtBarrier(): Promise<void> {
 }
 
 const t = useTestApp({
-  config: {
-    'platform.auth.password.hash-memory-kib': '1024',
-    'platform.auth.password.hash-iterations': '1',
-    'platform.auth.rate-limit.login-per-minute': '1000',
-  },
+  config: FAST_LOGIN_CONFIG,
   configure: (app) => {
     app.withTypeProvider<TypeBoxTypeProvider>().post(
       TENANT_ROUTE,
@@ -65,39 +58,9 @@ const t = useTestApp({
   },
 })
 
-interface Login {
-  userId: string
-  organizationId: string
-  sessionId: string
-  access: string
-  refresh: string
-}
+type Login = OrganizationSession
 
-const cookieValue = (res: LightMyRequestResponse, name: string) =>
-  res.cookies.find((c) => c.name === name)?.value as string
-
-async function newUserSession(): Promise<Login> {
-  const organization = await createOrganization(t.app.db, { name: `Org ${randomUUID()}` })
-  const email = `user-${randomUUID()}@example.com`
-  await createAccount(t.app.db, t.app, {
-    organizationId: organization.id,
-    email,
-    role: 'member',
-    password: PASSWORD,
-  })
-  const res = await t.app.inject({
-    method: 'POST',
-    url: '/api/auth/login',
-    payload: { username: email, password: PASSWORD },
-  })
-  expect(res.statusCode).toBe(200)
-  expect(res.json().organizationId).toBe(organization.id)
-  return {
-    ...res.json(),
-    access: cookieValue(res, 'access_token'),
-    refresh: cookieValue(res, 'refresh_token'),
-  }
-}
+const newUserSession = () => signInNewUser(t.app)
 
 /**
  * Sends the JSON body only when the server starts reading it, from the test's own async context, as

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
 import type { ParsedMail } from 'mailparser'
 import { afterAll, beforeAll, expect } from 'vitest'
@@ -16,11 +16,16 @@ export const PASSWORD = 'correct horse battery staple'
 export const FRONTEND_URL = 'https://app.example.test'
 export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
-/** Cheap password hashing, generous login limits, and links under a frontend distinct from the public URL. */
-export const ACCOUNT_TEST_CONFIG = {
+/** Cheap password hashing and generous login limits, for files that sign in many times a minute. */
+export const FAST_LOGIN_CONFIG = {
   'platform.auth.password.hash-memory-kib': '1024',
   'platform.auth.password.hash-iterations': '1',
   'platform.auth.rate-limit.login-per-minute': '1000',
+}
+
+/** Cheap password hashing, generous login limits, and links under a frontend distinct from the public URL. */
+export const ACCOUNT_TEST_CONFIG = {
+  ...FAST_LOGIN_CONFIG,
   'platform.web.frontend-url': FRONTEND_URL,
 }
 
@@ -101,13 +106,20 @@ export interface Session {
   refresh: string
 }
 
-const cookie = (res: LightMyRequestResponse, name: string) =>
-  res.cookies.find((c) => c.name === name)?.value ?? ''
+/** The cookie of that name a response sets, if it sets one. */
+export const cookie = (res: LightMyRequestResponse, name: string) => res.cookies.find((c) => c.name === name)
+
+const cookieValue = (res: LightMyRequestResponse, name: string) => cookie(res, name)?.value ?? ''
 
 export function sessionOf(res: LightMyRequestResponse): Session {
   expect(res.statusCode).toBe(200)
   const { userId, sessionId } = res.json()
-  return { userId, sessionId, access: cookie(res, 'access_token'), refresh: cookie(res, 'refresh_token') }
+  return {
+    userId,
+    sessionId,
+    access: cookieValue(res, 'access_token'),
+    refresh: cookieValue(res, 'refresh_token'),
+  }
 }
 
 /** Signs the user in with their password (and OTP code); fails the test unless it is 200. */
@@ -117,6 +129,42 @@ export async function signIn(
   options: { otpCode?: string; userAgent?: string } = {},
 ): Promise<Session> {
   return sessionOf(await login(app, user.email, user.password, options))
+}
+
+/** A session together with the organization the login answered. */
+export interface OrganizationSession extends Session {
+  organizationId: string
+}
+
+/** Signs a new member of a new organization in; fails the test unless login answers that organization. */
+export async function signInNewUser(app: FastifyInstance): Promise<OrganizationSession> {
+  const user = await newUser(app)
+  const res = await login(app, user.email, user.password)
+  const session = sessionOf(res)
+  expect(res.json().organizationId).toBe(user.organizationId)
+  return { ...session, organizationId: user.organizationId }
+}
+
+/** A signed-in account, as the tests of one organization's roles use it. */
+export interface Actor {
+  user: TestUser
+  session: Session
+}
+
+/** A signed-in account whose role tuple has been delivered to the authorization server. */
+export async function newActor(
+  app: FastifyInstance,
+  options: { organizationId?: string; role?: Role } = {},
+): Promise<Actor> {
+  const user = await newUser(app, options)
+  await app.authz.outbox.runOnce()
+  return { user, session: await signIn(app, user) }
+}
+
+/** A valid access token of a made-up user and session in the organization, signed by the app. */
+export function userAccessToken(app: FastifyInstance, organizationId: string): string {
+  return app.tokens.issueUserToken({ sub: randomUUID(), sid: randomUUID(), org: organizationId, ver: 0 })
+    .token
 }
 
 /** A request as the signed-in user (access cookie), or unauthenticated with null. */

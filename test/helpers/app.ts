@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto'
 import { Writable } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
-import { afterAll, beforeAll } from 'vitest'
+import { afterAll, beforeAll, onTestFinished } from 'vitest'
 import { type AppDependencies, buildApp } from '../../src/app.ts'
 import type { Clock } from '../../src/clock.ts'
-import { type Config, type ConfigSource, loadConfig } from '../../src/config.ts'
+import { type Config, ConfigError, type ConfigSource, loadConfig } from '../../src/config.ts'
 import { TestClock } from './clock.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
 import { startTestS3 } from './s3.ts'
@@ -13,6 +13,17 @@ export const testSecret = (): string => randomBytes(32).toString('base64')
 
 export function testConfig(overrides: ConfigSource = {}): Config {
   return loadConfig({ 'platform.auth.jwt.secret': testSecret(), ...overrides })
+}
+
+/** The ConfigError that `fn` throws; fails the test if it throws nothing, and rethrows any other error. */
+export function configErrorOf(fn: () => unknown): ConfigError {
+  try {
+    fn()
+  } catch (error) {
+    if (error instanceof ConfigError) return error
+    throw error
+  }
+  throw new Error('expected a ConfigError')
 }
 
 /** Collects log lines so tests can assert what was (not) logged. */
@@ -95,11 +106,56 @@ export async function createTestApp(options: TestAppOptions = {}): Promise<TestA
   }
 }
 
+/** A ready app on `t`'s database and object store from buildApp itself (workers on, no logs); close it. */
+export async function buildAppBeside(
+  t: TestApp,
+  config: ConfigSource,
+  deps: Omit<AppDependencies, 'database' | 'clock' | 'logStream' | 'logLevel'>,
+): Promise<FastifyInstance> {
+  const app = await buildApp(
+    {
+      ...testConfig({ 'platform.datasource.migrate-on-start': 'false', ...config }),
+      storage: t.config.storage,
+    },
+    {
+      ...deps,
+      database: t.database.handle,
+      clock: new TestClock(),
+      logStream: new LogCapture(),
+      logLevel: 'silent',
+    },
+  )
+  await app.ready()
+  return app
+}
+
+/** A test app for the running test only: closed when the test finishes. */
+export async function createTestAppForTest(options: TestAppOptions = {}): Promise<TestApp> {
+  const t = await createTestApp(options)
+  onTestFinished(() => t.close())
+  return t
+}
+
 /** Registers a test app for the whole file: built before the tests, closed after. */
 export function useTestApp(options: TestAppOptions = {}): TestApp {
   const holder = {} as TestApp
   beforeAll(async () => {
     Object.assign(holder, await createTestApp(options))
+  })
+  afterAll(async () => {
+    await holder.close?.()
+  })
+  return holder
+}
+
+type BesideOptions = Omit<TestAppOptions, 'database'>
+
+/** Registers a further test app on `t`'s database for the enclosing describe; options may wait for `t`. */
+export function useTestAppBeside(t: TestApp, options: BesideOptions | (() => BesideOptions) = {}): TestApp {
+  const holder = {} as TestApp
+  beforeAll(async () => {
+    const resolved = typeof options === 'function' ? options() : options
+    Object.assign(holder, await createTestApp({ ...resolved, database: t.database }))
   })
   afterAll(async () => {
     await holder.close?.()

@@ -1,12 +1,16 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import type { Kysely } from 'kysely'
+import { afterAll, beforeAll } from 'vitest'
 import { EmbeddedAuthorization } from '../../src/authz/embedded.ts'
 import { loadModel, ModelIndex } from '../../src/authz/model.ts'
 import type { AuthorizationPort, CheckRequest, ListObjectsRequest, TupleKey } from '../../src/authz/port.ts'
 import { enqueueTupleChanges, type TupleChange } from '../../src/authz/tuples.ts'
 import { inTransaction } from '../../src/db/database.ts'
 import type { Database } from '../../src/db/schema.ts'
+import { ACCOUNT_TEST_CONFIG } from './accounts.ts'
+import { createTestApp, type TestApp, type TestAppOptions } from './app.ts'
+import { createTestDatabase, type TestDatabase } from './database.ts'
 
 // An authorization port tests can break: the embedded evaluator behind a proxy whose operations
 // throw a chosen error while it is set, and which records the tuple changes it delivered.
@@ -68,6 +72,44 @@ export const describeChange = (operation: 'write' | 'delete', tuple: TupleKey): 
 /** The embedded evaluator over `db`, behind a switchable proxy. */
 export async function switchableEmbeddedPort(db: Kysely<Database>): Promise<SwitchablePort> {
   return new SwitchablePort(new EmbeddedAuthorization(db, new ModelIndex(await loadModel())))
+}
+
+export interface AuthzTestApp extends TestApp {
+  /** The app's authorization port: the embedded evaluator, made to fail on demand. */
+  port: SwitchablePort
+}
+
+/** A test app for the whole file (account test config) whose authorization goes through a switchable port. */
+export function useAuthzTestApp(options: Omit<TestAppOptions, 'database'> = {}): AuthzTestApp {
+  const holder = {} as AuthzTestApp
+  let database: TestDatabase | undefined
+  let t: TestApp | undefined
+  beforeAll(async () => {
+    database = await createTestDatabase()
+    const port = await switchableEmbeddedPort(database.handle.db)
+    t = await createTestApp({
+      ...options,
+      database,
+      config: { ...ACCOUNT_TEST_CONFIG, ...options.config },
+      deps: { authorization: port, ...options.deps },
+    })
+    Object.assign(holder, t, { port })
+  })
+  afterAll(async () => {
+    await t?.close()
+    await database?.dispose()
+  })
+  return holder
+}
+
+/** The tuple changes queued for a subject (`user:<id>`, `api_key:<id>`), delivered or not, oldest first. */
+export function queuedChangesOf(app: FastifyInstance, subject: string) {
+  return app.db
+    .selectFrom('authz_outbox')
+    .select(['operation', 'subject', 'relation', 'object'])
+    .where('subject', '=', subject)
+    .orderBy('id')
+    .execute()
 }
 
 /** Queues tuple changes in one transaction, as a service does with the change that causes them. */

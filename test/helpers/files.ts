@@ -1,12 +1,10 @@
-import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { afterAll, beforeAll, expect } from 'vitest'
 import storagePlugin from '../../plugins/storage.ts'
 import filesRoutes from '../../routes/files/index.ts'
-import { enqueueTupleChanges } from '../../src/authz/tuples.ts'
-import { inTransaction } from '../../src/db/database.ts'
-import { ACCOUNT_TEST_CONFIG, asUser, type Session } from './accounts.ts'
+import { ACCOUNT_TEST_CONFIG, asUser, newUser, type Session, signIn } from './accounts.ts'
 import { createTestApp, type TestApp, type TestAppOptions } from './app.ts'
+import { queueOwnedPurchaseRequest } from './authz.ts'
 import { TestClock } from './clock.ts'
 import { startTestS3, type TestS3 } from './s3.ts'
 
@@ -57,23 +55,28 @@ export function useFilesTestApp(options: TestAppOptions = {}): FilesTestApp {
 
 /** A purchase request owned by the organization: its ownership tuple written and delivered. */
 export async function ownedResource(app: FastifyInstance, organizationId: string): Promise<string> {
-  const id = randomUUID()
-  await inTransaction(app.db, (trx) =>
-    enqueueTupleChanges(
-      trx,
-      [
-        {
-          operation: 'write',
-          subject: `organization:${organizationId}`,
-          relation: 'owner_organization',
-          object: `purchase_request:${id}`,
-        },
-      ],
-      app.clock.now(),
-    ),
-  )
+  const id = await queueOwnedPurchaseRequest(app, organizationId)
   await app.authz.outbox.runOnce()
   return id
+}
+
+export interface Editor {
+  organizationId: string
+  userId: string
+  session: Session
+  resourceId: string
+}
+
+/** An organization admin (can_edit) signed in, with a purchase request of their organization. */
+export async function newEditor(app: FastifyInstance): Promise<Editor> {
+  const user = await newUser(app, { role: 'admin' })
+  const resourceId = await ownedResource(app, user.organizationId)
+  return {
+    organizationId: user.organizationId,
+    userId: user.id,
+    session: await signIn(app, user),
+    resourceId,
+  }
 }
 
 export interface InitiateBody {
@@ -83,21 +86,21 @@ export interface InitiateBody {
   contentType?: string
 }
 
+/** The body of POST /api/storage/files: a PDF named quote.pdf on a purchase request, unless given. */
+export function initiateBody(body: InitiateBody) {
+  return { resourceType: 'purchase_request', fileName: 'quote.pdf', contentType: 'application/pdf', ...body }
+}
+
+/** The address that lists the files of a purchase request. */
+export const filesOfUrl = (resourceId: string) =>
+  `/api/storage/files?resourceType=purchase_request&resourceId=${resourceId}`
+
 export function initiate(
   app: FastifyInstance,
   session: Session | null,
   body: InitiateBody,
 ): Promise<LightMyRequestResponse> {
-  return asUser(app, session, {
-    method: 'POST',
-    url: '/api/storage/files',
-    payload: {
-      resourceType: 'purchase_request',
-      fileName: 'quote.pdf',
-      contentType: 'application/pdf',
-      ...body,
-    },
-  })
+  return asUser(app, session, { method: 'POST', url: '/api/storage/files', payload: initiateBody(body) })
 }
 
 export function confirm(app: FastifyInstance, session: Session | null, fileId: string) {
@@ -109,10 +112,7 @@ export function downloadUrl(app: FastifyInstance, session: Session | null, fileI
 }
 
 export function listFiles(app: FastifyInstance, session: Session | null, resourceId: string) {
-  return asUser(app, session, {
-    method: 'GET',
-    url: `/api/storage/files?resourceType=purchase_request&resourceId=${resourceId}`,
-  })
+  return asUser(app, session, { method: 'GET', url: filesOfUrl(resourceId) })
 }
 
 export interface Upload {
