@@ -229,7 +229,9 @@ async function main() {
   const app = await start('src/server.ts', appEnv)
   const rows: Row[] = []
   try {
-    for (const scenario of scenarios) {
+    // BENCH_ONLY (a regular expression) runs the baseline and the scenarios whose name matches.
+    const only = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : null
+    for (const scenario of scenarios.filter((s, i) => i === 0 || !only || only.test(s.name))) {
       const server = scenario.target === 'bare' ? bare : app
       rows.push(await measure(scenario, server.url, server.child.pid as number, seed))
     }
