@@ -26,7 +26,7 @@ async function accountsPlugin(app: FastifyInstance, options: AccountsPluginOptio
   const accounts = new AccountManagement({ db, clock, config, passwords })
   const box = new SecretBox(decodeJwtSecret(config.auth.jwt.secret), 'otp-secret-encryption')
   const otp = new OtpService({ db, clock, config, box })
-  app.accountAuthenticator.useSecondFactor((accountId, otpCode) => otp.verifyAtLogin(accountId, otpCode))
+  app.accountAuthenticator.useSecondFactor((account, otpCode) => otp.verifyAtLogin(account, otpCode))
   app.decorate('accounts', accounts)
   app.decorate('passwordReset', options.passwordResetHandler ?? accounts)
   app.decorate('otp', otp)

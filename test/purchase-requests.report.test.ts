@@ -8,7 +8,7 @@ import {
   renderPurchaseRequestReport,
   TITLE_MAX_LINES,
 } from '../src/services/purchase-request-report.ts'
-import { asUser, expectProblem, newUser, type Session, signIn, type TestUser } from './helpers/accounts.ts'
+import { type Actor, asUser, expectProblem, newActor } from './helpers/accounts.ts'
 import { confirm, downloadUrl, initiated, listFiles, putBytes, useFilesTestApp } from './helpers/files.ts'
 
 // The purchase-request report (spec 4.5, decisions 5): POST .../report renders a one-page PDF and
@@ -19,17 +19,7 @@ import { confirm, downloadUrl, initiated, listFiles, putBytes, useFilesTestApp }
 
 const t = useFilesTestApp()
 
-interface Actor {
-  user: TestUser
-  session: Session
-}
-
-/** A signed-in account whose role tuple has been delivered to the authorization server. */
-async function actor(options: { organizationId?: string; role?: Role } = {}): Promise<Actor> {
-  const user = await newUser(t.app, options)
-  await t.app.authz.outbox.runOnce()
-  return { user, session: await signIn(t.app, user) }
-}
+const actor = (options: { organizationId?: string; role?: Role } = {}) => newActor(t.app, options)
 
 /** A member who creates requests and an admin (can_edit) of the same organization. */
 async function organization(): Promise<{ member: Actor; admin: Actor }> {

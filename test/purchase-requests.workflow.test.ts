@@ -5,14 +5,12 @@ import { EmbeddedAuthorization } from '../src/authz/embedded.ts'
 import type { AuthorizationPort, CheckRequest, ListObjectsRequest, TupleKey } from '../src/authz/port.ts'
 import type { Role } from '../src/db/schema.ts'
 import {
+  type Actor,
   asUser,
   deliverMail,
   expectProblem,
   mailsTo,
-  newUser,
-  type Session,
-  signIn,
-  type TestUser,
+  newActor,
   UUID,
   useMailTestApp,
 } from './helpers/accounts.ts'
@@ -73,17 +71,7 @@ const t = useMailTestApp({
   },
 })
 
-interface Actor {
-  user: TestUser
-  session: Session
-}
-
-/** A signed-in account whose role tuple has been delivered to the authorization server. */
-async function actor(options: { organizationId?: string; role?: Role } = {}): Promise<Actor> {
-  const user = await newUser(t.app, options)
-  await t.app.authz.outbox.runOnce()
-  return { user, session: await signIn(t.app, user) }
-}
+const actor = (options: { organizationId?: string; role?: Role } = {}) => newActor(t.app, options)
 
 /** A member who creates requests and an admin of the same organization. */
 async function organization(): Promise<{ creator: Actor; admin: Actor }> {

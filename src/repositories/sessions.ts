@@ -126,15 +126,3 @@ export function listActiveSessions(
     .orderBy('sessions.created_at', 'desc')
     .execute()
 }
-
-export function countActiveRefreshTokens(db: Executor, sessionId: string, now: Date): Promise<number> {
-  return db
-    .selectFrom('refresh_tokens')
-    .select((eb) => eb.fn.countAll<string>().as('n'))
-    .where('session_id', '=', sessionId)
-    .where('rotated_at', 'is', null)
-    .where('revoked_at', 'is', null)
-    .where('expires_at', '>', now)
-    .executeTakeFirstOrThrow()
-    .then((row) => Number(row.n))
-}

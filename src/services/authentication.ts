@@ -4,6 +4,7 @@ import type { Config } from '../config.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import {
+  type AccountRow,
   clearFailedAttempts,
   findAccountByEmail,
   recordFailedAttempt,
@@ -32,7 +33,7 @@ export interface CredentialAuthenticator {
 }
 
 /** Second-factor check used by the built-in authenticator; the account-management feature supplies it. */
-export type SecondFactorCheck = (accountId: string, otpCode: string | undefined) => Promise<boolean>
+export type SecondFactorCheck = (account: AccountRow, otpCode: string | undefined) => Promise<boolean>
 
 export interface AccountAuthenticatorDeps {
   db: Kysely<Database>
@@ -76,7 +77,7 @@ export class AccountAuthenticator implements CredentialAuthenticator {
       await this.#countFailure(account.id, now)
       return null
     }
-    if (this.#secondFactor && !(await this.#secondFactor(account.id, otpCode))) {
+    if (this.#secondFactor && !(await this.#secondFactor(account, otpCode))) {
       // The second-factor check throws OTP_REQUIRED / INVALID_OTP itself; false means "count it".
       await this.#countFailure(account.id, now)
       throw new AppError('INVALID_OTP', 'The one-time password is not valid')

@@ -143,19 +143,12 @@ export class FileService {
     const now = this.#clock.now()
     const ttl = this.#storage.uploadUrlTtl
     const upload = await this.#call(() => this.#store.presignPut(key, contentType, ttl, now))
-    const file = await insertFile(this.#db, {
+    const file = await this.#record(principal, organizationId, input, {
       id,
-      organization_id: organizationId,
-      resource_type: input.resourceType,
-      resource_id: input.resourceId,
-      object_key: key,
-      original_file_name: sanitizeFileName(input.fileName),
-      content_type: contentType,
-      status: 'PENDING',
-      size_bytes: null,
-      created_by: principal.id,
-      created_at: now,
-      confirmed_at: null,
+      key,
+      contentType,
+      now,
+      confirmedSize: null,
     })
     return {
       file,
@@ -237,19 +230,36 @@ export class FileService {
     const key = objectKey(organizationId, input.resourceType, input.resourceId, id)
     await this.#call(() => this.#store.put(key, input.bytes, contentType))
     const now = this.#clock.now()
-    return insertFile(this.#db, {
+    return this.#record(principal, organizationId, input, {
       id,
+      key,
+      contentType,
+      now,
+      confirmedSize: input.bytes.byteLength,
+    })
+  }
+
+  /** Inserts a file row: PENDING until its size is known, CONFIRMED with it. */
+  #record(
+    principal: Principal,
+    organizationId: string,
+    input: { resourceType: string; resourceId: string; fileName: string },
+    file: { id: string; key: string; contentType: string; now: Date; confirmedSize: number | null },
+  ): Promise<FileRow> {
+    const confirmed = file.confirmedSize !== null
+    return insertFile(this.#db, {
+      id: file.id,
       organization_id: organizationId,
       resource_type: input.resourceType,
       resource_id: input.resourceId,
-      object_key: key,
+      object_key: file.key,
       original_file_name: sanitizeFileName(input.fileName),
-      content_type: contentType,
-      status: 'CONFIRMED',
-      size_bytes: input.bytes.byteLength,
+      content_type: file.contentType,
+      status: confirmed ? 'CONFIRMED' : 'PENDING',
+      size_bytes: file.confirmedSize,
       created_by: principal.id,
-      created_at: now,
-      confirmed_at: now,
+      created_at: file.now,
+      confirmed_at: confirmed ? file.now : null,
     })
   }
 

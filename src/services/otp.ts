@@ -151,9 +151,9 @@ export class OtpService {
    * The login's second factor (spec 5.1 rule 5): true when OTP is off, or the code is a fresh TOTP
    * code or an unused backup code; 401 OTP_REQUIRED when the code is missing; false otherwise.
    */
-  async verifyAtLogin(accountId: string, otpCode: string | undefined): Promise<boolean> {
-    const account = await findAccount(this.#deps.db, accountId)
-    if (!account?.otp_enabled) return true
+  async verifyAtLogin(account: AccountRow, otpCode: string | undefined): Promise<boolean> {
+    // The authenticator's own row: no second read of the account on the login path.
+    if (!account.otp_enabled) return true
     if (!otpCode || otpCode.trim() === '') {
       throw new AppError('OTP_REQUIRED', 'This account requires a one-time password')
     }

@@ -198,12 +198,6 @@ export class SessionService {
     await events.publish('UserSessionsRevokedEvent', { userId, reason: 'logout_all' })
   }
 
-  /** Revokes every session of a user for another reason (deactivation, password change). */
-  async revokeAllFor(userId: string, reason: string): Promise<void> {
-    const { db, clock } = this.#deps
-    await inTransaction(db, (trx) => revokeSessions(trx, { userId }, clock.now(), reason))
-  }
-
   list(userId: string): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
     return listActiveSessions(this.#deps.db, userId, this.#deps.clock.now())
   }

@@ -64,10 +64,6 @@ export class AccessTokens {
     this.#verifyService = verifier(serviceAudience, ['sub', 'cid', 'scope'])
   }
 
-  get ttlSeconds(): number {
-    return this.#ttl
-  }
-
   #issue(audience: string, claims: object): IssuedToken {
     const iat = epochSeconds(this.#clock)
     const exp = iat + this.#ttl
