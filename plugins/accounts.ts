@@ -3,7 +3,7 @@
 // authenticator; needs auth (passwords, authenticator) and mail (the outbox the emails go to).
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { decodeJwtSecret } from '../src/config.ts'
+import { jwtSecrets } from '../src/config.ts'
 import { AccountManagement, type PasswordResetHandler } from '../src/services/account-management.ts'
 import { OtpService } from '../src/services/otp.ts'
 import { SecretBox } from '../src/services/secret-box.ts'
@@ -23,8 +23,8 @@ export interface AccountsPluginOptions {
 
 async function accountsPlugin(app: FastifyInstance, options: AccountsPluginOptions) {
   const { db, clock, config, passwords } = app
-  const accounts = new AccountManagement({ db, clock, config, passwords })
-  const box = new SecretBox(decodeJwtSecret(config.auth.jwt.secret), 'otp-secret-encryption')
+  const accounts = new AccountManagement({ db, clock, config, passwords, sealMail: app.mail.seal })
+  const box = new SecretBox(jwtSecrets(config), 'otp-secret-encryption')
   const otp = new OtpService({ db, clock, config, box })
   app.accountAuthenticator.useSecondFactor((account, otpCode) => otp.verifyAtLogin(account, otpCode))
   app.decorate('accounts', accounts)

@@ -1,7 +1,8 @@
 // Decorates the authentication services (`app.tokens`, `app.passwords`, `app.sessions`,
 // `app.serviceAccounts`, `app.apiKeys`, `app.authenticator`, `app.events`) and
-// `request.principal`, resolved in onRequest; needs config and db. Also enforces the route's
-// scope for machine principals. Unknown /api routes answer 401 to unauthenticated callers, so the
+// `request.principal`, resolved in onRequest; needs config and db. Also guards every route by its
+// matched config: `public` routes are open, all others need a principal, and machine principals
+// need the route's declared scope. Unknown paths answer 401 to unauthenticated callers, so the
 // route map is not visible without credentials.
 //
 // One principal per request:
@@ -42,7 +43,7 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Open at the security-chain level: no principal needed, no scope checked. */
     public?: boolean
-    /** The scope a machine principal needs; /api routes without one are for users only. */
+    /** The scope a machine principal needs; non-public routes without one are for users only. */
     scope?: Scope
   }
 }
@@ -135,25 +136,26 @@ async function authPlugin(app: FastifyInstance, options: AuthPluginOptions) {
     return userFromCookie(request)
   }
 
+  // The guard decides from the route the router matched (its `public` and `scope` config), never
+  // from the request text: `/%61pi/…`, `/ap%69/…` and absolute-form targets reach the same route
+  // and so meet the same rule. Deny by default: a route is open only when it says `public: true`,
+  // and a machine principal needs the scope the route declares (none declared: users only). An
+  // unmatched request is treated as protected, so without credentials no path, known or not,
+  // answers differently from another: the route map stays hidden.
   app.addHook('onRequest', async (request) => {
     const principal = await resolvePrincipal(request)
     request.principal = principal
-    if (!request.url.startsWith('/api/')) return
     const route = request.routeOptions.config
-    // Every /api route but the public ones needs a principal, checked here, before the body is
-    // parsed or validated (spec 4.1 rule 4); unknown /api paths too, so the route map stays hidden.
-    if (!principal && (request.is404 || !route.public)) {
-      throw new AppError('AUTHENTICATION_REQUIRED', 'This endpoint requires authentication')
-    }
-    if (principal && principal.type !== 'USER' && !route.public && !request.is404) {
-      if (!route.scope || !principal.scopes.has(route.scope)) {
-        throw new AppError(
-          'INSUFFICIENT_SCOPE',
-          route.scope
-            ? `This endpoint needs the scope ${route.scope}`
-            : 'This endpoint is for signed-in users only',
-        )
-      }
+    const matched = !request.is404
+    if (matched && route.public) return
+    if (!principal) throw new AppError('AUTHENTICATION_REQUIRED', 'This endpoint requires authentication')
+    if (matched && principal.type !== 'USER' && !(route.scope && principal.scopes.has(route.scope))) {
+      throw new AppError(
+        'INSUFFICIENT_SCOPE',
+        route.scope
+          ? `This endpoint needs the scope ${route.scope}`
+          : 'This endpoint is for signed-in users only',
+      )
     }
   })
 }

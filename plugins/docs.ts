@@ -15,7 +15,7 @@ export const SecuritySchemes = {
 } as const
 
 async function docsPlugin(app: FastifyInstance) {
-  const { auth, web } = app.config
+  const { auth } = app.config
   await app.register(swagger, {
     openapi: {
       openapi: '3.1.0',
@@ -27,7 +27,8 @@ async function docsPlugin(app: FastifyInstance) {
           'cookie, backends with a client-credential bearer token, integrations with an API key. Errors are ' +
           'application/problem+json with a stable `code`.',
       },
-      servers: [{ url: web.publicUrl }],
+      // Relative: "Try it out" calls whichever host and port served the document.
+      servers: [{ url: '/' }],
       components: {
         securitySchemes: {
           [SecuritySchemes.accessCookie]: { type: 'apiKey', in: 'cookie', name: auth.cookie.accessTokenName },
@@ -51,11 +52,11 @@ async function docsPlugin(app: FastifyInstance) {
         { name: 'operations', description: 'Health and metrics' },
       ],
     },
-    // Each /api operation's security follows its route config: `public` routes need nothing, routes
+    // Each operation's security follows its route config: `public` routes need nothing, routes
     // with a `scope` accept the user cookie or a machine credential holding that scope, the others
     // are for signed-in users only.
     transform: ({ schema, url, route }) => {
-      if (!url.startsWith('/api/') || !schema || schema.security) return { schema, url }
+      if (!schema || schema.security) return { schema, url }
       const config = (route.config ?? {}) as { public?: boolean; scope?: string }
       const security: Record<string, string[]>[] = config.public
         ? []
@@ -77,8 +78,29 @@ async function docsPlugin(app: FastifyInstance) {
         typeof json.$id === 'string' ? json.$id : `def-${i}`,
     },
   })
-  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { deepLinking: true } })
-  app.get('/v3/api-docs', { schema: { hide: true } }, async () => app.swagger())
+  // The document and the UI are public (spec 1.9). Swagger UI registers its own routes, so they are
+  // marked public as they are added, in a scope of their own.
+  await app.register(async (ui) => {
+    ui.addHook('onRoute', (route) => {
+      route.config = { ...route.config, public: true }
+    })
+    // Swagger UI's own content security policy (its scripts and styles by hash), framed by no one
+    // and without upgrade-insecure-requests, which would break plain-HTTP development.
+    await ui.register(swaggerUi, {
+      routePrefix: '/docs',
+      uiConfig: { deepLinking: true },
+      staticCSP: true,
+      transformStaticCSP: (header) =>
+        header
+          .replace("frame-ancestors 'self'", "frame-ancestors 'none'")
+          .replace(/\s*upgrade-insecure-requests;?/, ''),
+    })
+  })
+  app.get('/v3/api-docs', { config: { public: true }, schema: { hide: true } }, async () => app.swagger())
+  // The root points newcomers to the interactive docs.
+  app.get('/', { config: { public: true }, schema: { hide: true } }, (_request, reply) =>
+    reply.redirect('/docs'),
+  )
 }
 
 export default fp(docsPlugin, { name: 'docs', fastify: '5.x', dependencies: ['config'] })

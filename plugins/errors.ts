@@ -1,11 +1,13 @@
 // Renders every error as application/problem+json (decisions 5) and registers the shared
 // `Problem` schema; needs nothing. Internal details (stack, SQL, messages of unexpected errors)
 // never reach a response; they are logged with the request id instead.
+import type { Duplex } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { isDatabaseUnavailable } from '../src/db/database.ts'
 import {
   AppError,
+  ErrorCatalogue,
   type ErrorCode,
   PROBLEM_CONTENT_TYPE,
   Problem,
@@ -26,7 +28,9 @@ const GENERIC_CODES: Record<number, ErrorCode> = {
   403: 'ACCESS_DENIED',
   404: 'NOT_FOUND',
   405: 'METHOD_NOT_ALLOWED',
+  408: 'REQUEST_TIMEOUT',
   413: 'PAYLOAD_TOO_LARGE',
+  414: 'URI_TOO_LONG',
   415: 'UNSUPPORTED_MEDIA_TYPE',
   429: 'RATE_LIMITED',
   503: 'SERVICE_UNAVAILABLE',
@@ -107,6 +111,49 @@ function classify(error: FastifyError): Rendered {
   return { code: 'INTERNAL_ERROR', status: 500, detail: 'An unexpected error occurred' }
 }
 
+/**
+ * Fastify's `frameworkErrors`: the router's own refusals, raised before any route or hook runs (a
+ * path that is not valid percent-encoding, a path parameter over `maxParamLength`), rendered from
+ * the catalogue like every other answer.
+ */
+export function frameworkError(error: FastifyError, _request: FastifyRequest, reply: FastifyReply) {
+  if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    return sendProblem(reply, { code: 'URI_TOO_LONG', status: 414, detail: 'A path segment is too long' })
+  }
+  if (error.code === 'FST_ERR_BAD_URL') {
+    return sendProblem(reply, {
+      code: 'BAD_REQUEST',
+      status: 400,
+      detail: 'The request path is not a valid URL',
+    })
+  }
+  return sendProblem(reply, classify(error))
+}
+
+/**
+ * Fastify's `clientErrorHandler`: requests Node's HTTP parser refuses before Fastify sees them
+ * (malformed request line or headers, headers too large, a request that timed out) get a
+ * problem+json answer from the catalogue, then the connection is closed.
+ */
+export function clientError(error: Error & { code?: string }, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const code: ErrorCode =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? 'REQUEST_TIMEOUT'
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? 'HEADERS_TOO_LARGE'
+        : 'BAD_REQUEST'
+  const body = JSON.stringify(problemBody(code, 'The request could not be parsed'))
+  const status = ErrorCatalogue[code].status
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${ErrorCatalogue[code].title}\r\nConnection: close\r\n` +
+        `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    )
+  }
+  socket.destroy(error)
+}
+
 export function sendProblem(reply: FastifyReply, rendered: Rendered) {
   const body = { ...problemBody(rendered.code, rendered.detail, rendered.status), ...rendered.extensions }
   return reply
@@ -119,13 +166,21 @@ export function sendProblem(reply: FastifyReply, rendered: Rendered) {
 async function errorsPlugin(app: FastifyInstance) {
   app.addSchema(Problem)
 
-  // Every route documents the problems any route can answer with, so no route has to repeat them.
+  // Every route documents the problems the framework and the global hooks can answer with, derived
+  // here from the route itself (as its `security` is from its config), so no route author has to
+  // remember them: 400 (a malformed path or input), 414 (a path segment over the router's limit),
+  // 500; for methods that carry a body, 413 and 415; for a protected route, 401 and 403 (the guard); for /api routes,
+  // which all reach the database, 503.
   app.addHook('onRoute', (route) => {
     const schema = route.schema
     if (!schema || (schema as { hide?: boolean }).hide) return
-    const validatesInput = Boolean(schema.body || schema.querystring || schema.params || schema.headers)
-    const defaults = problemResponses(...(validatesInput ? [400, 500] : [500]))
-    schema.response = { ...defaults, ...(schema.response as object | undefined) }
+    const config = (route.config ?? {}) as { public?: boolean }
+    const statuses = [400, 414, 500]
+    const methods = Array.isArray(route.method) ? route.method : [route.method]
+    if (methods.some((method) => ['POST', 'PUT', 'PATCH'].includes(method))) statuses.push(413, 415)
+    if (!config.public) statuses.push(401, 403)
+    if (route.url.startsWith('/api/')) statuses.push(503)
+    schema.response = { ...problemResponses(...statuses), ...(schema.response as object | undefined) }
   })
 
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {

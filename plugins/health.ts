@@ -42,6 +42,7 @@ const healthPlugin: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/health/live',
     {
+      config: { public: true },
       schema: {
         tags: ['operations'],
         operationId: 'healthLive',
@@ -55,6 +56,7 @@ const healthPlugin: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/health/ready',
     {
+      config: { public: true },
       schema: {
         tags: ['operations'],
         operationId: 'healthReady',

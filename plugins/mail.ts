@@ -2,13 +2,22 @@
 // registry); needs config and db. The worker starts when the app is ready and stops on close.
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { enqueueMail, MailOutboxWorker } from '../src/mail/outbox.ts'
+import { jwtSecrets } from '../src/config.ts'
+import {
+  enqueueMail,
+  MailOutboxWorker,
+  mailOutboxBox,
+  type SealedMailData,
+  sealMailData,
+} from '../src/mail/outbox.ts'
 import { MailTemplates } from '../src/mail/templates.ts'
 import { createMailTransport, type MailTransport } from '../src/mail/transports.ts'
 
 export interface Mail {
   /** Writes a message to the outbox in the caller's transaction (`enqueueMail`). */
   enqueue: typeof enqueueMail
+  /** Seals template data that carries a secret (a one-time token link) for the outbox. */
+  seal(data: Record<string, unknown>): SealedMailData
   worker: MailOutboxWorker
   transport: MailTransport
   /** Features install send-time subject resolvers here (`templates.resolveSubject`). */
@@ -32,7 +41,9 @@ async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
   const owned = options.transport === undefined
   const transport = options.transport ?? createMailTransport(app.config, app.log)
   const templates = new MailTemplates()
+  const box = mailOutboxBox(jwtSecrets(app.config))
   const worker = new MailOutboxWorker({
+    box,
     db: app.db,
     transport,
     clock: app.clock,
@@ -40,7 +51,13 @@ async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
     log: app.log.child({ component: 'mail' }),
     templates,
   })
-  app.decorate('mail', { enqueue: enqueueMail, worker, transport, templates })
+  app.decorate('mail', {
+    enqueue: enqueueMail,
+    seal: (data) => sealMailData(box, data),
+    worker,
+    transport,
+    templates,
+  })
 
   if (options.startWorker !== false) {
     app.addHook('onReady', async () => worker.start())

@@ -1,8 +1,10 @@
 // Decorates `app.metrics` (a Prometheus registry of this instance) and serves GET /metrics;
 // needs db for the pool gauges. Request durations are labelled by route pattern, never raw URL.
+import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
+import { AppError, problemResponses } from '../src/errors.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -50,18 +52,37 @@ async function metricsPlugin(app: FastifyInstance) {
     )
   })
 
+  // Metrics tell an attacker a lot (routes, rates, pool sizes): with `platform.metrics.bearer-token`
+  // set, /metrics needs `Authorization: Bearer <token>` (compared in constant time); under the
+  // production profile without one, it is not served at all.
+  const token = app.config.metrics.bearerToken
+  if (!token && app.config.profile === 'production') return
+  const expected = token ? createHash('sha256').update(`Bearer ${token}`).digest() : null
+
   app.get(
     '/metrics',
     {
+      config: { public: true },
       schema: {
         tags: ['operations'],
         operationId: 'metrics',
-        summary: 'Prometheus metrics',
+        summary: 'Prometheus metrics (needs the bearer token when platform.metrics.bearer-token is set)',
         produces: ['text/plain'],
-        response: { 200: { description: 'Prometheus text exposition format', type: 'string' } },
+        response: {
+          200: { description: 'Prometheus text exposition format', type: 'string' },
+          ...problemResponses(401),
+        },
       },
     },
-    async (_request, reply) => {
+    async (request, reply) => {
+      if (expected) {
+        const given = createHash('sha256')
+          .update(request.headers.authorization ?? '')
+          .digest()
+        if (!timingSafeEqual(given, expected)) {
+          throw new AppError('AUTHENTICATION_REQUIRED', '/metrics needs its bearer token')
+        }
+      }
       reply.type(registry.contentType)
       return registry.metrics()
     },

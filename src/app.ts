@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import type { Writable } from 'node:stream'
+import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
+import helmet from '@fastify/helmet'
 import Fastify, { type FastifyInstance, LogController } from 'fastify'
 import pino from 'pino'
 import accountsPlugin from '../plugins/accounts.ts'
@@ -11,8 +13,9 @@ import backgroundPlugin from '../plugins/background.ts'
 import configPlugin from '../plugins/config.ts'
 import dbPlugin from '../plugins/db.ts'
 import docsPlugin from '../plugins/docs.ts'
-import errorsPlugin from '../plugins/errors.ts'
+import errorsPlugin, { clientError, frameworkError } from '../plugins/errors.ts'
 import healthPlugin from '../plugins/health.ts'
+import housekeepingPlugin from '../plugins/housekeeping.ts'
 import mailPlugin from '../plugins/mail.ts'
 import metricsPlugin from '../plugins/metrics.ts'
 import organizationConfigPlugin from '../plugins/organization-config.ts'
@@ -61,11 +64,35 @@ export interface AppDependencies {
   authorization?: AuthorizationPort
   /** false: the authorization outbox worker does not poll (CLI; tests drive `app.authz.outbox.runOnce()`). */
   startAuthzWorker?: boolean
+  /** false: retention rules do not run periodically (CLI; tests drive `app.housekeeping.runOnce()`). */
+  startHousekeeping?: boolean
   /** An object store the caller owns (tests); otherwise S3 at platform.storage.s3.endpoint. */
   objectStore?: ObjectStore
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+const AJV_OPTIONS = { removeAdditional: false, useDefaults: true, allErrors: false } as const
+const ajvPool = AjvCompiler()
+
+/**
+ * Two validators: path, query and header values arrive as text, so they are coerced to the
+ * schema's types (`?limit=20` is the number 20); a JSON body arrives typed, so it is validated as
+ * sent: `{"title": 12345}` is 400 VALIDATION_FAILED, never the string "12345".
+ */
+// Fastify calls the compiler with the route definition ({schema, method, url, httpPart}), which the
+// package's types describe as a bare schema.
+type Compile = (route: { httpPart?: string }) => unknown
+type BuildFromPool = (externalSchemas: unknown, options: unknown) => Compile
+
+function buildValidator(externalSchemas: unknown, options: unknown): Compile {
+  const { customOptions: _ignored, ...rest } = (options ?? {}) as { customOptions?: unknown }
+  const pool = ajvPool as unknown as BuildFromPool
+  const text = pool(externalSchemas, { ...rest, customOptions: { ...AJV_OPTIONS, coerceTypes: 'array' } })
+  const body = pool(externalSchemas, { ...rest, customOptions: { ...AJV_OPTIONS, coerceTypes: false } })
+  return (route) => (route.httpPart === 'body' ? body(route) : text(route))
+}
+const validatorFor = buildValidator as unknown as ValidatorFactory
 
 // Fastify accepts a hop count too, though its types only list booleans, addresses and functions.
 function trustProxy(value: string): boolean | string {
@@ -99,9 +126,10 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
-    ajv: {
-      customOptions: { removeAdditional: false, coerceTypes: 'array', useDefaults: true, allErrors: false },
-    },
+    schemaController: { compilersFactory: { buildValidator: validatorFor } },
+    // The router's and the HTTP parser's own refusals answer from the error catalogue too.
+    frameworkErrors: frameworkError,
+    clientErrorHandler: clientError,
   })
 
   app.addHook('onRequest', async (request, reply) => {
@@ -120,7 +148,31 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   // a state-changing route (spec 5.1 rule 4 relies on this instead of CSRF tokens).
   app.removeContentTypeParser('text/plain')
 
+  // A CORS preflight never carries credentials (Fetch standard), so the preflight route that
+  // @fastify/cors adds is public by its route config like any other open route.
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method]
+    if (methods.every((method) => method === 'OPTIONS')) route.config = { ...route.config, public: true }
+  })
+
   // Third-party plugins.
+  // Security headers on every response. The API answers JSON only, so its policy allows nothing to
+  // load and no page to frame it; Swagger UI sets its own policy for its pages (plugins/docs.ts).
+  // HSTS only where cookies are Secure, i.e. the deployment is served over HTTPS.
+  await app.register(helmet, {
+    contentSecurityPolicy: {
+      useDefaults: false,
+      directives: {
+        defaultSrc: ["'none'"],
+        baseUri: ["'none'"],
+        formAction: ["'none'"],
+        frameAncestors: ["'none'"],
+      },
+    },
+    frameguard: { action: 'deny' },
+    referrerPolicy: { policy: 'no-referrer' },
+    hsts: config.auth.cookie.secure ? { maxAge: 31_536_000, includeSubDomains: true } : false,
+  })
   await app.register(cookie)
   if (config.web.cors.allowedOrigins.length > 0) {
     // Cross-origin use is opt-in (spec 4.1 rule 5): credentials only for the listed origins.
@@ -150,6 +202,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(mailPlugin, { transport: deps.mailTransport, startWorker: deps.startMailWorker ?? true })
   await app.register(authzPlugin, { port: deps.authorization, startWorker: deps.startAuthzWorker ?? true })
   await app.register(storagePlugin, { store: deps.objectStore })
+  await app.register(housekeepingPlugin, { start: deps.startHousekeeping ?? true })
   await app.register(authPlugin, {
     events: deps.events ?? new EventBus(),
     authenticator: deps.authenticator,

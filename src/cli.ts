@@ -8,6 +8,8 @@ import { type ConfigSource, configFromEnv, loadConfig } from './config.ts'
 import { migrateToLatest } from './db/migrator.ts'
 import { developmentSecret } from './dev-secret.ts'
 import { AppError } from './errors.ts'
+import { listAccounts, unlockAccount } from './repositories/accounts.ts'
+import { listOrganizations } from './repositories/organizations.ts'
 import { createAccount } from './services/accounts.ts'
 import { createOrganization } from './services/organizations.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
@@ -43,6 +45,50 @@ const commands: Record<string, Command> = {
       const organization = await createOrganization(app.db, { name: required(values, 'name') })
       return { organizationId: organization.id }
     },
+  },
+  'org list': {
+    usage: 'org list',
+    migrateOnStart: true,
+    options: {},
+    run: async (app) => ({
+      items: (await listOrganizations(app.db)).map((o) => ({ organizationId: o.id, name: o.name })),
+    }),
+  },
+  'user list': {
+    usage: 'user list --org ORG',
+    migrateOnStart: true,
+    options: { org: { type: 'string' } },
+    run: async (app, values) => {
+      const organizationId = required(values, 'org')
+      if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
+      const now = app.clock.now()
+      return {
+        items: (await listAccounts(app.db, organizationId)).map((a) => ({
+          userId: a.id,
+          email: a.email,
+          role: a.role,
+          active: a.active,
+          otpEnabled: a.otp_enabled,
+          lockedUntil: a.locked_until && a.locked_until > now ? a.locked_until.toISOString() : null,
+        })),
+      }
+    },
+  },
+  'user unlock': {
+    usage: 'user unlock --email E',
+    migrateOnStart: true,
+    options: { email: { type: 'string' } },
+    run: async (app, values) => {
+      const account = await unlockAccount(app.db, required(values, 'email'), app.clock.now())
+      if (!account) throw new AppError('NOT_FOUND', 'No account with this email')
+      return { userId: account.id, unlocked: true }
+    },
+  },
+  'housekeeping run': {
+    usage: 'housekeeping run',
+    migrateOnStart: true,
+    options: {},
+    run: async (app) => ({ removed: await app.housekeeping.runOnce() }),
   },
   'user create': {
     usage: 'user create --org ORG --email E --role admin|member (--password P | --password-stdin)',
@@ -180,6 +226,10 @@ function fail(code: string, message: string): never {
 }
 
 async function main(argv: string[]) {
+  if (argv.includes('--help') || argv.includes('-h') || argv[0] === 'help') {
+    process.stdout.write(`${usage()}\n`)
+    return
+  }
   const name = [argv.slice(0, 2).join(' '), argv[0] ?? ''].find((candidate) => candidate in commands)
   const command = name === undefined ? undefined : commands[name]
   if (!name || !command) fail('USAGE', usage())
@@ -205,6 +255,7 @@ async function main(argv: string[]) {
     logStream: process.stderr,
     startMailWorker: false,
     startAuthzWorker: false,
+    startHousekeeping: false,
   })
   try {
     await app.ready()

@@ -23,7 +23,11 @@ const Url = (defaultValue?: string) =>
     : Type.String({ pattern: '^[a-z][a-z0-9+.-]*://', default: defaultValue })
 const Count = (defaultValue: number, minimum = 1) => Type.Integer({ minimum, default: defaultValue })
 
-export const Profiles = ['development', 'default', 'production'] as const
+/** `test`: the test suite's profile, like `default` but allowed a cheap password hash. */
+export const Profiles = ['development', 'default', 'production', 'test'] as const
+
+/** OWASP's minimum argon2id cost (Password Storage Cheat Sheet): 19 MiB, 2 iterations. */
+export const ARGON2_MINIMUM = { memoryKib: 19_456, iterations: 2 } as const
 
 export const ConfigSchema = Type.Object({
   profile: Type.Union(
@@ -44,6 +48,8 @@ export const ConfigSchema = Type.Object({
   auth: Type.Object({
     jwt: Type.Object({
       secret: Type.String({ default: '' }),
+      /** Earlier secrets, accepted for verification only, while tokens they signed may still be live. */
+      previousSecrets: List([]),
       issuer: Text('platform-core-auth'),
       userAudience: Text('platform-user'),
       serviceAudience: Text('platform-service'),
@@ -115,6 +121,18 @@ export const ConfigSchema = Type.Object({
     from: Text('no-reply@localhost'),
   }),
   docs: Type.Object({ enabled: Type.Optional(Type.Boolean()) }),
+  metrics: Type.Object({
+    /** When set, GET /metrics needs `Authorization: Bearer <token>`; under production it is required. */
+    bearerToken: OptionalText(),
+  }),
+  retention: Type.Object({
+    /** Delivered or set-aside outbox rows (mail and authorization tuples). */
+    outbox: Duration('7d'),
+    /** Ended sessions (revoked or expired) and their refresh tokens: the audit window. */
+    sessions: Duration('90d'),
+    /** Used or expired invitation and reset tokens. */
+    oneTimeTokens: Duration('7d'),
+  }),
 })
 
 type RawConfig = Static<typeof ConfigSchema>
@@ -249,9 +267,18 @@ function propertyOfInstancePath(instancePath: string): string {
   return leaf?.property ?? [PREFIX, ...segments.map(kebab)].join('.')
 }
 
+export const PREVIOUS_SECRETS = 'platform.auth.jwt.previous-secrets'
+
+/** The deployment's secrets, current first: the current one signs and seals, all of them verify and open. */
+export function jwtSecrets(config: Config): Buffer[] {
+  return [
+    decodeJwtSecret(config.auth.jwt.secret),
+    ...config.auth.jwt.previousSecrets.map((secret) => decodeJwtSecret(secret, PREVIOUS_SECRETS)),
+  ]
+}
+
 /** Decodes a base64 JWT secret, or explains why it is not acceptable. */
-export function decodeJwtSecret(secret: string): Buffer {
-  const property = 'platform.auth.jwt.secret'
+export function decodeJwtSecret(secret: string, property = 'platform.auth.jwt.secret'): Buffer {
   const text = secret.trim()
   if (text.length === 0) throw new ConfigError(property, 'is required: a base64 value of at least 256 bits')
   if (!/^[A-Za-z0-9+/]+={0,2}$/.test(text) || text.length % 4 === 1) {
@@ -292,6 +319,22 @@ export function loadConfig(source: ConfigSource): Config {
   }
   const config = withDefaults as RawConfig
   decodeJwtSecret(config.auth.jwt.secret)
+  for (const previous of config.auth.jwt.previousSecrets) decodeJwtSecret(previous, PREVIOUS_SECRETS)
+  const { hashMemoryKib, hashIterations } = config.auth.password
+  if (config.profile !== 'test') {
+    if (hashMemoryKib < ARGON2_MINIMUM.memoryKib) {
+      throw new ConfigError(
+        'platform.auth.password.hash-memory-kib',
+        `must be at least ${ARGON2_MINIMUM.memoryKib} (OWASP's minimum for argon2id)`,
+      )
+    }
+    if (hashIterations < ARGON2_MINIMUM.iterations) {
+      throw new ConfigError(
+        'platform.auth.password.hash-iterations',
+        `must be at least ${ARGON2_MINIMUM.iterations} (OWASP's minimum for argon2id)`,
+      )
+    }
+  }
   if (config.auth.cookie.sameSite === 'None' && !config.auth.cookie.secure) {
     throw new ConfigError('platform.auth.cookie.same-site', 'None requires platform.auth.cookie.secure=true')
   }

@@ -254,3 +254,84 @@ describe('POST /api/users (invitation)', () => {
     expect(await accountsWithEmail(email)).toEqual([])
   })
 })
+
+describe('deactivating an invited account (issue 11 item 3)', () => {
+  /** An admin, and an address it invited, with the token of the emailed link. */
+  async function invitedByAdmin() {
+    const { admin, session } = await signedInAdmin()
+    const email = uniqueEmail('invitee')
+    const res = await invite(session, { email, organizationId: admin.organizationId })
+    expect(res.statusCode).toBe(202)
+    await deliverMail(t)
+    const [mail] = await mailsTo(t.smtp, email)
+    return {
+      admin,
+      session,
+      email,
+      userId: res.json().userId as string,
+      token: linkToken(mail, '/accept-invitation'),
+    }
+  }
+
+  const act = (session: Session, action: string, userId: string) =>
+    asUser(t.app, session, { method: 'POST', url: `/api/users/${userId}/${action}` })
+
+  it('retires the invitation: accepting it answers 400 INVALID_TOKEN and the invitee cannot sign in', async () => {
+    const { session, email, userId, token } = await invitedByAdmin()
+    expect((await act(session, 'deactivate', userId)).json()).toEqual({ userId, active: false })
+
+    expectProblem(await confirmPassword(t.app, token, NEW_PASSWORD), 400, 'INVALID_TOKEN')
+    expectProblem(await login(t.app, email, NEW_PASSWORD), 401, 'INVALID_CREDENTIALS')
+    const account = await storedAccount(userId)
+    expect(account.active).toBe(false)
+    expect(account.deactivated_at).not.toBeNull()
+    const outstanding = await t.app.db
+      .selectFrom('one_time_tokens')
+      .select('id')
+      .where('account_id', '=', userId)
+      .where('used_at', 'is', null)
+      .execute()
+    expect(outstanding).toEqual([])
+  })
+
+  it('removes the role tuple the invitation wrote', async () => {
+    const { admin, session, userId } = await invitedByAdmin()
+    await act(session, 'deactivate', userId)
+    const tuple = {
+      subject: `user:${userId}`,
+      relation: 'member',
+      object: `organization:${admin.organizationId}`,
+    }
+    expect(await queuedChangesOf(t.app, `user:${userId}`)).toEqual([
+      { operation: 'write', ...tuple },
+      { operation: 'delete', ...tuple },
+    ])
+  })
+
+  it('sends no invitation to a deactivated invitee on admin reset; after reactivation a fresh one works', async () => {
+    const { session, email, userId, token } = await invitedByAdmin()
+    await act(session, 'deactivate', userId)
+    t.smtp.clear()
+    expect((await act(session, 'reset-password', userId)).statusCode).toBe(202)
+    expect(await deliverMail(t)).toBe(0)
+
+    // Back to invited, not active: it becomes active only through a new invitation.
+    expect((await act(session, 'reactivate', userId)).json()).toEqual({ userId, active: false })
+    expectProblem(await confirmPassword(t.app, token, NEW_PASSWORD), 400, 'INVALID_TOKEN')
+    expect((await act(session, 'reset-password', userId)).statusCode).toBe(202)
+    await deliverMail(t)
+    const fresh = linkToken((await mailsTo(t.smtp, email)).at(-1), '/accept-invitation')
+    expect((await confirmPassword(t.app, fresh, NEW_PASSWORD)).statusCode).toBe(200)
+    expect((await login(t.app, email, NEW_PASSWORD)).statusCode).toBe(200)
+  })
+
+  it('keeps only the latest invitation link working when one is resent', async () => {
+    const { session, email, userId, token } = await invitedByAdmin()
+    expect((await act(session, 'reset-password', userId)).statusCode).toBe(202)
+    await deliverMail(t)
+    const latest = linkToken((await mailsTo(t.smtp, email)).at(-1), '/accept-invitation')
+    expect(latest).not.toBe(token)
+    expectProblem(await confirmPassword(t.app, token, NEW_PASSWORD), 400, 'INVALID_TOKEN')
+    expect((await confirmPassword(t.app, latest, NEW_PASSWORD)).statusCode).toBe(200)
+  })
+})

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import { Secret, TOTP } from 'otpauth'
 import { beforeEach, describe, expect, it } from 'vitest'
 import type { Role } from '../src/db/schema.ts'
@@ -200,6 +201,97 @@ describe('login with OTP enabled', () => {
     )
     // The code was not spent by the failed attempt.
     expect((await login(t.app, user.email, PASSWORD, { otpCode: codeFor(secret) })).statusCode).toBe(200)
+  })
+})
+
+describe('backup codes', () => {
+  /** 25 symbols of Crockford's base32 (32 symbols, no i, l, o, u), in five groups of five. */
+  const BACKUP_CODE = /^[0-9a-hjkmnp-tv-z]{5}(-[0-9a-hjkmnp-tv-z]{5}){4}$/
+  const sha256 = (text: string) => createHash('sha256').update(text).digest('hex')
+
+  const storedHashes = async (accountId: string) =>
+    (
+      await t.app.db
+        .selectFrom('otp_backup_codes')
+        .select(['code_hash', 'used_at'])
+        .where('account_id', '=', accountId)
+        .execute()
+    ).map((row) => row.code_hash)
+
+  it('issues codes of at least 112 bits: 25 symbols from a 32-symbol alphabet (125 bits)', async () => {
+    const { backupCodes } = await enrolled()
+    const alphabet = new Set('0123456789abcdefghjkmnpqrstvwxyz')
+    expect(alphabet.size).toBe(32)
+    for (const code of backupCodes) {
+      expect(code).toMatch(BACKUP_CODE)
+      const symbols = code.replaceAll('-', '')
+      expect([...symbols].every((symbol) => alphabet.has(symbol))).toBe(true)
+      expect(symbols.length * Math.log2(alphabet.size)).toBeGreaterThanOrEqual(112)
+    }
+  })
+
+  it('stores neither a code nor its plain SHA-256, but a keyed hash', async () => {
+    const { user, backupCodes } = await enrolled()
+    const stored = await storedHashes(user.id)
+    expect(stored).toHaveLength(10)
+    expect(new Set(stored).size).toBe(10)
+    for (const code of backupCodes) {
+      const bare = code.replaceAll('-', '')
+      for (const form of [code, bare, code.toUpperCase(), bare.toUpperCase()]) {
+        expect(stored).not.toContain(form)
+        expect(stored).not.toContain(sha256(form))
+        expect(stored.some((hash) => hash.includes(form))).toBe(false)
+      }
+    }
+  })
+
+  it('accepts a code typed in capitals, with spaces or no separators, and with O, I or L for 0 and 1', async () => {
+    const { user, backupCodes } = await enrolled()
+    const withDigit = backupCodes.find((code) => /[01]/.test(code)) as string
+    const others = backupCodes.filter((code) => code !== withDigit)
+    const [a = '', b = '', c = ''] = others
+    const typed = [
+      a.toUpperCase(),
+      `  ${b.replaceAll('-', ' ')} `,
+      c.replaceAll('-', ''),
+      withDigit.replaceAll('0', 'O').replaceAll('1', 'l').toUpperCase(),
+    ]
+    for (const code of typed) {
+      expect((await login(t.app, user.email, PASSWORD, { otpCode: code })).statusCode, code).toBe(200)
+      // Used, in any spelling.
+      expectProblem(
+        await login(t.app, user.email, PASSWORD, { otpCode: code.toLowerCase() }),
+        401,
+        'INVALID_OTP',
+      )
+    }
+  })
+
+  it('refuses a truncated or altered code', async () => {
+    const { user, backupCodes } = await enrolled()
+    const code = backupCodes[0] as string
+    const last = code.at(-1) === 'a' ? 'b' : 'a'
+    for (const wrong of [code.slice(0, -1), `${code.slice(0, -1)}${last}`, `${code}a`, code.slice(0, 11)]) {
+      expectProblem(await login(t.app, user.email, PASSWORD, { otpCode: wrong }), 401, 'INVALID_OTP')
+    }
+    expect((await login(t.app, user.email, PASSWORD, { otpCode: code })).statusCode).toBe(200)
+  })
+
+  it('lets exactly one of parallel logins with the same code through', async () => {
+    const { user, backupCodes } = await enrolled()
+    const code = backupCodes[3] as string
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, () => login(t.app, user.email, PASSWORD, { otpCode: code })),
+    )
+    expect(answers.map((res) => res.statusCode).sort()).toEqual([200, 401, 401, 401, 401])
+    for (const res of answers.filter((r) => r.statusCode === 401)) expectProblem(res, 401, 'INVALID_OTP')
+    const used = await t.app.db
+      .selectFrom('otp_backup_codes')
+      .select((eb) => eb.fn.countAll<string>().as('n'))
+      .where('account_id', '=', user.id)
+      .where('used_at', 'is not', null)
+      .executeTakeFirstOrThrow()
+    expect(used.n).toBe('1')
   })
 })
 

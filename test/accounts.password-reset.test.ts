@@ -1,6 +1,7 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { beforeEach, describe, expect, it } from 'vitest'
-import { MailOutboxWorker } from '../src/mail/outbox.ts'
+import { jwtSecrets } from '../src/config.ts'
+import { MailOutboxWorker, mailOutboxBox } from '../src/mail/outbox.ts'
 import { SmtpTransport } from '../src/mail/transports.ts'
 import type { PasswordResetHandler } from '../src/services/account-management.ts'
 import {
@@ -158,6 +159,14 @@ describe('POST /api/auth/password-reset/confirm', () => {
     expect((await login(t.app, user.email, NEW_PASSWORD)).statusCode).toBe(200)
   })
 
+  it('retires the older reset links when a new reset is requested, before any is used', async () => {
+    const user = await newUser(t.app)
+    const older = await resetToken(user)
+    const newer = await resetToken(user)
+    expectProblem(await confirmPassword(t.app, older, 'the attacker passphrase'), 400, 'INVALID_TOKEN')
+    expect((await confirmPassword(t.app, newer, NEW_PASSWORD)).statusCode).toBe(200)
+  })
+
   it('answers an unknown token with 400 INVALID_TOKEN', async () => {
     expectProblem(await confirmPassword(t.app, 'no-such-token', NEW_PASSWORD), 400, 'INVALID_TOKEN')
   })
@@ -166,10 +175,11 @@ describe('POST /api/auth/password-reset/confirm', () => {
 describe('reset mail while SMTP is down', () => {
   it('answers 202, keeps the mail unsent while SMTP is down, then delivers it exactly once', async () => {
     const down = new SmtpTransport(`smtp://127.0.0.1:${await closedPort()}`)
+    // A second instance of the same deployment: the same secret, so either can open the other's mail.
     const broken = await createTestApp({
       database: t.database,
       clock: t.clock,
-      config: CONFIG,
+      config: { ...CONFIG, 'platform.auth.jwt.secret': t.config.auth.jwt.secret },
       deps: { mailTransport: down },
     })
     const user = await newUser(t.app)
@@ -204,6 +214,7 @@ describe('reset mail while SMTP is down', () => {
       clock: t.clock,
       from: t.config.mail.from,
       log: t.app.log,
+      box: mailOutboxBox(jwtSecrets(t.config)),
     })
     try {
       // Not due before the back-off has passed.

@@ -2,8 +2,9 @@ import { createHmac, randomBytes, randomUUID } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { SessionVersionProvider } from '../src/services/session-version.ts'
+import { keyId } from '../src/services/tokens.ts'
 import { cookie, newUser, PASSWORD } from './helpers/accounts.ts'
-import { buildAppBeside, useTestApp, useTestAppBeside } from './helpers/app.ts'
+import { buildAppBeside, configErrorOf, testConfig, useTestApp, useTestAppBeside } from './helpers/app.ts'
 
 // Every way an access cookie can be forged or stale must end in 401 on a protected route. Forged
 // tokens are built by hand with node:crypto, so the checks do not depend on the signer under test.
@@ -77,7 +78,11 @@ describe('access token verification', () => {
       ...overrides,
     }
   }
-  const HS256 = { alg: 'HS256', typ: 'JWT' }
+  // The header the service signs with; its kid names the key, so it is known once the app is.
+  let HS256: Record<string, string> = {}
+  beforeAll(() => {
+    HS256 = { alg: 'HS256', typ: 'JWT', kid: keyId(secret()) }
+  })
 
   it('accepts the access token set by login', async () => {
     await expectAccepted(t.app, session.accessToken)
@@ -161,6 +166,91 @@ describe('access token verification', () => {
   it('rejects a hand-signed token whose exp has passed', async () => {
     const iat = Math.floor(t.clock.now().getTime() / 1000) - 800
     await expectRejected(t.app, signed(HS256, claims({ iat, exp: iat + 720 }), secret()))
+  })
+
+  it('names its key in the header: kid', () => {
+    const header = JSON.parse(
+      Buffer.from(session.accessToken.split('.')[0] as string, 'base64url').toString(),
+    )
+    expect(header).toEqual({ alg: 'HS256', typ: 'JWT', kid: keyId(secret()) })
+    expect(header.kid).not.toContain(t.config.auth.jwt.secret.slice(0, 8))
+  })
+
+  it('rejects a token without a kid or with an unknown one, even when its signature is right', async () => {
+    await expectRejected(t.app, signed({ alg: 'HS256', typ: 'JWT' }, claims(), secret()))
+    await expectRejected(t.app, signed({ ...HS256, kid: 'someone-elses' }, claims(), secret()))
+  })
+
+  it('rejects iat or nbf more than 60 s ahead, and accepts them up to 60 s ahead (clock skew)', async () => {
+    const now = Math.floor(t.clock.now().getTime() / 1000)
+    await expectAccepted(t.app, signed(HS256, claims({ iat: now + 59, exp: now + 59 + 600 }), secret()))
+    await expectRejected(t.app, signed(HS256, claims({ iat: now + 61, exp: now + 61 + 600 }), secret()))
+    await expectAccepted(t.app, signed(HS256, claims({ nbf: now + 60 }), secret()))
+    await expectRejected(t.app, signed(HS256, claims({ nbf: now + 61 }), secret()))
+  })
+
+  it('rejects a token that lives longer than the configured access-token lifetime', async () => {
+    const now = Math.floor(t.clock.now().getTime() / 1000)
+    await expectAccepted(t.app, signed(HS256, claims({ iat: now, exp: now + 720 }), secret()))
+    await expectRejected(t.app, signed(HS256, claims({ iat: now, exp: now + 721 }), secret()))
+    await expectRejected(t.app, signed(HS256, claims({ iat: now - 3600, exp: now + 3600 * 24 }), secret()))
+  })
+})
+
+describe('secret rotation (platform.auth.jwt.previous-secrets)', () => {
+  const email = 'rotation@example.com'
+  const next = randomBytes(32).toString('base64')
+  const rotated = useTestAppBeside(t, () => ({
+    clock: t.clock,
+    config: {
+      'platform.auth.jwt.secret': next,
+      'platform.auth.jwt.previous-secrets': t.config.auth.jwt.secret,
+    },
+  }))
+
+  it('keeps tokens signed with the previous secret valid, and signs new ones with the new secret', async () => {
+    await newUser(t.app, { email })
+    const before = await login(t.app, email)
+    await expectAccepted(rotated.app, before.accessToken)
+    const after = await login(rotated.app, email)
+    const header = JSON.parse(Buffer.from(after.accessToken.split('.')[0] as string, 'base64url').toString())
+    expect(header.kid).toBe(keyId(Buffer.from(next, 'base64')))
+    // The old instance does not know the new secret: rotation is rolled out before anyone signs with it.
+    await expectRejected(t.app, after.accessToken)
+  })
+
+  it('never signs with a previous secret and refuses a secret that is neither current nor previous', async () => {
+    const stranger = randomBytes(32)
+    const now = Math.floor(t.clock.now().getTime() / 1000)
+    const claims = {
+      sub: randomUUID(),
+      sid: randomUUID(),
+      org: randomUUID(),
+      ver: 0,
+      iss: t.config.auth.jwt.issuer,
+      aud: t.config.auth.jwt.userAudience,
+      iat: now,
+      exp: now + 600,
+    }
+    await expectRejected(
+      rotated.app,
+      signed({ alg: 'HS256', typ: 'JWT', kid: keyId(stranger) }, claims, stranger),
+    )
+    const issued = rotated.app.tokens.issueUserToken({
+      sub: claims.sub,
+      sid: claims.sid,
+      org: claims.org,
+      ver: 0,
+    })
+    const header = JSON.parse(Buffer.from(issued.token.split('.')[0] as string, 'base64url').toString())
+    expect(header.kid).not.toBe(keyId(secret()))
+  })
+
+  it('refuses a previous secret shorter than 256 bits at start-up, naming the property', () => {
+    const error = configErrorOf(() =>
+      testConfig({ 'platform.auth.jwt.previous-secrets': randomBytes(16).toString('base64') }),
+    )
+    expect(error.message).toContain('platform.auth.jwt.previous-secrets')
   })
 })
 

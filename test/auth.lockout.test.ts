@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { newUser, PASSWORD } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
@@ -143,5 +143,63 @@ describe('account lockout', () => {
       // Deactivated wins over locked: it must stay indistinguishable from a wrong password.
       expect(await attempt(lockedAndDeactivated.email, password)).toEqual(INVALID)
     }
+  })
+
+  it('carries Retry-After with the seconds left on the lock', async () => {
+    const account = await newAccount()
+    await lock(account.email)
+    t.clock.advanceSeconds(100)
+    const res = await t.app.inject({
+      method: 'POST',
+      url: '/api/auth/login',
+      payload: { username: account.email, password: PASSWORD },
+    })
+    expect(res.json().code).toBe('ACCOUNT_LOCKED')
+    expect(res.headers['retry-after']).toBe(String(LOCK_MINUTES * 60 - 100))
+  })
+})
+
+describe('lockout under a burst of parallel attempts (issue 11 item 2)', () => {
+  it('verifies at most 5 passwords of a burst of 30, whatever it holds', async () => {
+    const account = await newAccount()
+    const verify = vi.spyOn(t.app.passwords, 'verify')
+    try {
+      const passwords = Array.from({ length: 30 }, (_, i) => (i === 17 ? PASSWORD : `${WRONG} ${i}`))
+      const results = await Promise.all(passwords.map((password) => attempt(account.email, password)))
+      expect(verify.mock.calls.length).toBeLessThanOrEqual(MAX_ATTEMPTS)
+      expect(results.filter((r) => r.status === 200)).toEqual([])
+      expect(results.filter((r) => r.code === 'ACCOUNT_LOCKED').length).toBeGreaterThanOrEqual(
+        30 - MAX_ATTEMPTS,
+      )
+    } finally {
+      verify.mockRestore()
+    }
+  })
+
+  it('ends a burst of 9 wrong passwords and the right one locked, not logged in', async () => {
+    const account = await newAccount()
+    const passwords = [...Array.from({ length: 9 }, (_, i) => `${WRONG} ${i}`), PASSWORD]
+    const results = await Promise.all(passwords.map((password) => attempt(account.email, password)))
+    expect(results.filter((r) => r.status === 200)).toEqual([])
+    const state = await stored(account.id)
+    expect(state.failed_attempts).toBe(MAX_ATTEMPTS)
+    expect(state.locked_until?.getTime()).toBeGreaterThan(t.clock.now().getTime())
+    expect(await attempt(account.email, PASSWORD)).toEqual(LOCKED)
+  })
+
+  it('treats a burst of exactly 5 like 5 attempts in a row: 4 wrong and the right one signs in', async () => {
+    const account = await newAccount()
+    const passwords = [`${WRONG} 1`, `${WRONG} 2`, `${WRONG} 3`, `${WRONG} 4`, PASSWORD]
+    const results = await Promise.all(passwords.map((password) => attempt(account.email, password)))
+    expect(results[4]).toEqual(OK)
+    expect(await stored(account.id)).toEqual({ failed_attempts: 0, locked_until: null })
+  })
+
+  it('lets the right password of a burst below the limit sign in and clear the count', async () => {
+    const account = await newAccount()
+    const passwords = [`${WRONG} 1`, `${WRONG} 2`, PASSWORD, `${WRONG} 3`]
+    const results = await Promise.all(passwords.map((password) => attempt(account.email, password)))
+    expect(results[2]).toEqual(OK)
+    expect((await stored(account.id)).locked_until).toBeNull()
   })
 })

@@ -205,6 +205,21 @@ describe('login rate limits (decisions 6)', () => {
     expect(other.statusCode).toBe(200)
   })
 
+  it('counts only failed logins per IP: 10 colleagues behind one address all sign in (decisions 7)', async () => {
+    const remoteAddress = '203.0.113.50'
+    for (let i = 0; i < 10; i++) {
+      const colleague = await newAccount(limited.app, `colleague-${i}@example.com`)
+      expect((await login(limited.app, colleague.email, PASSWORD, { remoteAddress })).statusCode).toBe(200)
+    }
+    for (let i = 0; i < 3; i++) {
+      expect(
+        (await login(limited.app, `nobody-${i}@example.com`, PASSWORD, { remoteAddress })).statusCode,
+      ).toBe(401)
+    }
+    const late = await newAccount(limited.app, 'late-colleague@example.com')
+    expectRateLimited(await login(limited.app, late.email, PASSWORD, { remoteAddress }))
+  })
+
   it('answers the 4th login for one account from different IPs within a minute with 429', async () => {
     const account = await newAccount(limited.app, 'account-limit@example.com')
     for (const remoteAddress of ['203.0.113.21', '203.0.113.22', '203.0.113.23']) {

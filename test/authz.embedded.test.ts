@@ -6,8 +6,10 @@ import {
   LIST_OBJECTS_MAX_RESULTS,
   MAX_RESOLUTION_DEPTH,
   ResolutionDepthExceededError,
+  UnsupportedModelError,
+  writableTuple,
 } from '../src/authz/embedded.ts'
-import { MODEL_FILE, ModelIndex, parseModel } from '../src/authz/model.ts'
+import { loadModel, MODEL_FILE, ModelIndex, parseModel } from '../src/authz/model.ts'
 import { AuthorizationRequestError, AuthorizationUnavailableError, type TupleKey } from '../src/authz/port.ts'
 import { authorizationContract } from './authz.contract.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
@@ -358,6 +360,91 @@ describe('embedded authorization evaluator', () => {
       })
       expect(listed).toHaveLength(LIST_OBJECTS_MAX_RESULTS)
       expect(new Set(listed).size).toBe(LIST_OBJECTS_MAX_RESULTS)
+    })
+  })
+
+  describe('conditions (not evaluated yet)', () => {
+    const GRANT = `condition non_expired_grant(current_time: timestamp, grant_time: timestamp, grant_duration: duration) {
+  current_time < grant_time + grant_duration
+}
+`
+    const CONDITIONAL = `model
+  schema 1.1
+type user
+type group
+  relations
+    define member: [user]
+type document
+  relations
+    define viewer: [user with non_expired_grant]
+    define editor: [user, user with non_expired_grant]
+    define reader: [group#member with non_expired_grant, user:* with non_expired_grant]
+
+${GRANT}`
+
+    it('refuses at start-up a model that uses a condition, naming it', () => {
+      let refusal: unknown
+      try {
+        embedded(CONDITIONAL)
+      } catch (error) {
+        refusal = error
+      }
+      expect(refusal).toBeInstanceOf(UnsupportedModelError)
+      expect((refusal as Error).message).toContain('non_expired_grant')
+      expect((refusal as Error).message).toContain('document#viewer')
+    })
+
+    it('refuses a model that only defines a condition', () => {
+      const definedOnly = `model
+  schema 1.1
+type user
+type document
+  relations
+    define viewer: [user]
+
+${GRANT}`
+      expect(() => embedded(definedOnly)).toThrow(/conditions.*non_expired_grant/)
+    })
+
+    it("still loads the project's own model", async () => {
+      const port = new EmbeddedAuthorization(db(), new ModelIndex(await loadModel()))
+      await port.write([tuple('user:ada', 'member', 'organization:o')], [])
+      expect(await port.check(tuple('user:ada', 'member', 'organization:o'))).toBe(true)
+    })
+
+    // The write path's validation, on the model the evaluator refuses: a tuple (they carry no
+    // condition here) is refused where the model admits its user only with a condition, as OpenFGA.
+    describe('tuple validation', () => {
+      const model = new ModelIndex(parseModel(CONDITIONAL))
+
+      it('refuses a tuple without the condition its relation requires', () => {
+        for (const bad of [
+          tuple('user:anne', 'viewer', 'document:plan'),
+          tuple('group:eng#member', 'reader', 'document:plan'),
+          tuple('user:*', 'reader', 'document:plan'),
+        ]) {
+          expect(() => writableTuple(model, bad), JSON.stringify(bad)).toThrow(AuthorizationRequestError)
+          expect(() => writableTuple(model, bad), JSON.stringify(bad)).toThrow(
+            /with a condition \(non_expired_grant\)/,
+          )
+        }
+      })
+
+      it('accepts a tuple without a condition where the model also admits its user without one', () => {
+        expect(writableTuple(model, tuple('user:anne', 'editor', 'document:plan'))).toMatchObject({
+          object_type: 'document',
+          object_id: 'plan',
+          relation: 'editor',
+          subject_type: 'user',
+          subject_id: 'anne',
+        })
+      })
+
+      it('still refuses a user type the relation does not name at all', () => {
+        expect(() => writableTuple(model, tuple('group:eng#member', 'viewer', 'document:plan'))).toThrow(
+          /cannot be related to "document#viewer": it admits user with non_expired_grant/,
+        )
+      })
     })
   })
 })

@@ -199,3 +199,67 @@ describe('operations CLI', () => {
     })
   })
 })
+
+describe('operators see what exists (issue 12 item 7)', () => {
+  it('lists organizations and their users, and unlocks an account by email', async () => {
+    const org = JSON.parse((await cli('org', 'create', '--name', 'Listed Ltd')).stdout).organizationId
+    const user = await runNode(
+      'src/cli.ts',
+      [
+        'user',
+        'create',
+        '--org',
+        org,
+        '--email',
+        'listed@example.com',
+        '--role',
+        'admin',
+        '--password-stdin',
+      ],
+      env,
+      'a long enough password\n',
+    ).done
+    const { userId } = JSON.parse(user.stdout)
+
+    const orgs = JSON.parse((await cli('org', 'list')).stdout)
+    expect(orgs.items).toContainEqual({ organizationId: org, name: 'Listed Ltd' })
+
+    const users = JSON.parse((await cli('user', 'list', '--org', org)).stdout)
+    expect(users).toEqual({
+      items: [
+        {
+          userId,
+          email: 'listed@example.com',
+          role: 'admin',
+          active: true,
+          otpEnabled: false,
+          lockedUntil: null,
+        },
+      ],
+    })
+
+    const unlocked = await cli('user', 'unlock', '--email', 'LISTED@example.com')
+    expect(unlocked.code).toBe(0)
+    expect(JSON.parse(unlocked.stdout)).toEqual({ userId, unlocked: true })
+    const unknown = await cli('user', 'unlock', '--email', 'nobody@example.com')
+    expect(unknown.code).not.toBe(0)
+    expect(JSON.parse(unknown.stderr).code).toBe('NOT_FOUND')
+  })
+
+  it('prints --help as plain text and exits 0', async () => {
+    const help = await cli('--help')
+    expect(help.code).toBe(0)
+    expect(help.stdout).toMatch(/^usage: npm run cli -- <command>/)
+    expect(help.stdout).toContain('user unlock --email E')
+    expect(help.stdout).toContain('org list')
+    expect(() => JSON.parse(help.stdout)).toThrow()
+  })
+
+  it('runs housekeeping once and reports what each rule removed', async () => {
+    const result = await cli('housekeeping', 'run')
+    expect(result.code).toBe(0)
+    expect(Object.keys(JSON.parse(result.stdout).removed)).toEqual(
+      expect.arrayContaining(['sessions', 'rate_limits', 'mail_outbox', 'authz_outbox']),
+    )
+  })
+})

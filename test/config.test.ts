@@ -163,3 +163,24 @@ describe('configuration', () => {
     })
   })
 })
+
+describe('password hashing cost (issue 11 item 12)', () => {
+  it.each([
+    ['platform.auth.password.hash-memory-kib', '19455'],
+    ['platform.auth.password.hash-iterations', '1'],
+  ])('refuses %s=%s, below OWASP minimum for argon2id, outside the test profile', (property, value) => {
+    for (const profile of ['default', 'development', 'production']) {
+      const error = configErrorOf(() => load({ 'platform.profile': profile, [property]: value }))
+      expect(error.message).toContain(property)
+    }
+    expect(load({ 'platform.profile': 'test', [property]: value }).profile).toBe('test')
+  })
+
+  it('accepts the minimum itself and more', () => {
+    const config = load({
+      'platform.auth.password.hash-memory-kib': '19456',
+      'platform.auth.password.hash-iterations': '3',
+    })
+    expect(config.auth.password).toMatchObject({ hashMemoryKib: 19456, hashIterations: 3 })
+  })
+})

@@ -1,5 +1,7 @@
+import { randomUUID } from 'node:crypto'
 import { validate } from '@readme/openapi-parser'
 import { describe, expect, it } from 'vitest'
+import { userAccessToken } from './helpers/accounts.ts'
 import { createTestAppForTest } from './helpers/app.ts'
 
 describe('OpenAPI document and interactive docs', () => {
@@ -46,6 +48,42 @@ describe('OpenAPI document and interactive docs', () => {
     expect(res.body).toContain('swagger-ui')
   })
 
+  it('names a relative server, so "Try it out" calls whichever host and port served the page', async () => {
+    const current = await createTestAppForTest()
+    const document = (await current.app.inject({ method: 'GET', url: '/v3/api-docs' })).json()
+    expect(document.servers).toEqual([{ url: '/' }])
+  })
+
+  it('points the root to the interactive docs', async () => {
+    const current = await createTestAppForTest()
+    const res = await current.app.inject({ method: 'GET', url: '/' })
+    expect(res.statusCode).toBe(302)
+    expect(res.headers.location).toBe('/docs')
+  })
+
+  it('lists on every operation the problems the framework and the guard can answer (issue 18 item 2)', async () => {
+    const current = await createTestAppForTest()
+    const document = (await current.app.inject({ method: 'GET', url: '/v3/api-docs' })).json()
+    const missing: string[] = []
+    for (const [path, item] of Object.entries<
+      Record<string, { responses: Record<string, unknown>; security?: unknown[] }>
+    >(document.paths)) {
+      for (const [method, operation] of Object.entries(item)) {
+        const expected = ['400', '414', '500']
+        if (['post', 'put', 'patch'].includes(method)) expected.push('413', '415')
+        if (path.startsWith('/api/')) expected.push('503')
+        if (!(Array.isArray(operation.security) && operation.security.length === 0))
+          expected.push('401', '403')
+        for (const status of expected) {
+          const response = operation.responses[status] as { content?: Record<string, unknown> } | undefined
+          if (!response?.content?.['application/problem+json'])
+            missing.push(`${method.toUpperCase()} ${path} ${status}`)
+        }
+      }
+    }
+    expect(missing).toEqual([])
+  })
+
   it.each([
     [
       'the production profile',
@@ -62,7 +100,12 @@ describe('OpenAPI document and interactive docs', () => {
   ])('turns both off under %s', async (_case, config) => {
     const current = await createTestAppForTest({ config })
     for (const url of ['/v3/api-docs', '/docs', '/docs/']) {
-      const res = await current.app.inject({ method: 'GET', url })
+      // No public route is there: anonymous callers meet the guard, signed-in ones find nothing.
+      const anonymous = await current.app.inject({ method: 'GET', url })
+      expect(anonymous.statusCode).toBe(401)
+      expect(anonymous.json().code).toBe('AUTHENTICATION_REQUIRED')
+      const cookies = { access_token: userAccessToken(current.app, randomUUID()) }
+      const res = await current.app.inject({ method: 'GET', url, cookies })
       expect(res.statusCode).toBe(404)
       expect(res.json().code).toBe('NOT_FOUND')
     }

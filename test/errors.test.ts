@@ -1,15 +1,21 @@
+import { randomUUID } from 'node:crypto'
+import net from 'node:net'
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { AppError } from '../src/errors.ts'
+import { userAccessToken } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
 const t = useTestApp({
   configure: (app) => {
     const typed = app.withTypeProvider<TypeBoxTypeProvider>()
+    // Test routes are public by config: the guard closes every route that does not say so.
+    const open = { config: { public: true } }
     typed.post(
       '/test/echo',
       {
+        ...open,
         schema: {
           body: Type.Object(
             { title: Type.String({ minLength: 1, maxLength: 5 }), count: Type.Integer() },
@@ -20,21 +26,21 @@ const t = useTestApp({
       },
       async (request) => ({ title: request.body.title }),
     )
-    typed.get('/test/conflict', async () => {
+    typed.get('/test/conflict', open, async () => {
       throw new AppError('INVALID_TRANSITION', 'Cannot approve a DRAFT request')
     })
-    typed.get('/test/otp', async () => {
+    typed.get('/test/otp', open, async () => {
       throw new AppError('INVALID_OTP', undefined, { status: 400 })
     })
-    typed.get('/test/crash', async () => {
+    typed.get('/test/crash', open, async () => {
       throw new Error('relation "secret_table" does not exist: select password_hash from accounts')
     })
-    typed.post('/test/store', async (request) => {
+    typed.post('/test/store', open, async (request) => {
       const { value } = request.body as { value: string }
       await sql`select ${value}::text as v`.execute(app.db)
       return {}
     })
-    typed.get('/test/db-down', async () => {
+    typed.get('/test/db-down', open, async () => {
       throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' })
     })
   },
@@ -60,16 +66,22 @@ describe('error responses', () => {
     expect(res.json()).toMatchObject({ code: 'INVALID_OTP', status: 400 })
   })
 
-  it('answers an unknown route with 404 NOT_FOUND', async () => {
-    const res = await t.app.inject({ method: 'GET', url: '/nothing-here?token=abc' })
+  it('answers an unknown route with 404 NOT_FOUND to a signed-in caller', async () => {
+    const res = await t.app.inject({
+      method: 'GET',
+      url: '/nothing-here?token=abc',
+      cookies: { access_token: userAccessToken(t.app, randomUUID()) },
+    })
     expect(res.statusCode).toBe(404)
     expect(res.json()).toMatchObject({ code: 'NOT_FOUND', detail: 'No route for GET /nothing-here' })
   })
 
-  it('answers an unknown /api route with 401 to an unauthenticated caller, hiding the route map', async () => {
-    const res = await t.app.inject({ method: 'GET', url: '/api/nothing-here' })
-    expect(res.statusCode).toBe(401)
-    expect(res.json().code).toBe('AUTHENTICATION_REQUIRED')
+  it('answers an unknown route with 401 to an unauthenticated caller, hiding the route map', async () => {
+    for (const url of ['/api/nothing-here', '/nothing-here']) {
+      const res = await t.app.inject({ method: 'GET', url })
+      expect(res.statusCode).toBe(401)
+      expect(res.json().code).toBe('AUTHENTICATION_REQUIRED')
+    }
   })
 
   it('answers invalid input with 400 VALIDATION_FAILED and the paths at fault', async () => {
@@ -177,5 +189,54 @@ describe('error responses', () => {
       headers: { 'x-request-id': 'bad id\nwith newline' },
     })
     expect(replaced.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/)
+  })
+})
+
+describe("the framework's own errors (issue 18 item 3)", () => {
+  const signedIn = () => ({ access_token: userAccessToken(t.app, randomUUID()) })
+
+  it('answers a path that is not valid percent-encoding with 400 BAD_REQUEST as problem+json', async () => {
+    for (const url of ['/api/purchase-requests/%zz', '/%zz']) {
+      const res = await t.app.inject({ method: 'GET', url, cookies: signedIn() })
+      expect(res.statusCode).toBe(400)
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+      expect(res.json()).toMatchObject({ code: 'BAD_REQUEST', status: 400 })
+    }
+  })
+
+  it('answers a path parameter over the router limit with 414 URI_TOO_LONG as problem+json', async () => {
+    const res = await t.app.inject({ method: 'GET', url: `/api/purchase-requests/${'a'.repeat(500)}` })
+    expect(res.statusCode).toBe(414)
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(res.json()).toMatchObject({ code: 'URI_TOO_LONG', status: 414 })
+  })
+
+  /** Sends raw bytes to a listening copy of the app and returns what came back. */
+  async function raw(request: string): Promise<string> {
+    if (!t.app.server.listening) await t.app.listen({ host: '127.0.0.1', port: 0 })
+    const { port } = t.app.server.address() as net.AddressInfo
+    return new Promise((resolve, reject) => {
+      const socket = net.connect(Number(port), '127.0.0.1', () => socket.end(request))
+      let answer = ''
+      socket.setEncoding('utf8')
+      socket.on('data', (chunk: string) => {
+        answer += chunk
+      })
+      socket.on('close', () => resolve(answer))
+      socket.on('error', reject)
+    })
+  }
+
+  it('answers a request the HTTP parser refuses with a problem+json 400 or 431', async () => {
+    const malformed = await raw('GET /health/live HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n')
+    expect(malformed).toMatch(/^HTTP\/1\.1 400 /)
+    expect(malformed).toContain('Content-Type: application/problem+json')
+    expect(JSON.parse(malformed.slice(malformed.indexOf('\r\n\r\n') + 4))).toMatchObject({
+      code: 'BAD_REQUEST',
+    })
+
+    const huge = await raw(`GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`)
+    expect(huge).toMatch(/^HTTP\/1\.1 431 /)
+    expect(JSON.parse(huge.slice(huge.indexOf('\r\n\r\n') + 4))).toMatchObject({ code: 'HEADERS_TOO_LARGE' })
   })
 })

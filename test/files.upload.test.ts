@@ -160,11 +160,12 @@ describe('what the store refuses', () => {
   })
 
   it('refuses an expired upload address', async () => {
-    const { session, resourceId } = await editor()
-    // The store checks expiry against real time: sign an address whose 15 minutes ended an hour ago.
+    // The store checks expiry against real time: sign an address whose 15 minutes ended an hour ago
+    // (signed in at that time too: a token issued later would lie in the future).
     t.clock.advanceSeconds(-75 * 60)
     let upload: Awaited<ReturnType<typeof initiated>>
     try {
+      const { session, resourceId } = await editor()
       upload = await initiated(t.app, session, { resourceId })
     } finally {
       t.clock.advanceSeconds(75 * 60)

@@ -73,7 +73,7 @@ describe('health and metrics', () => {
       /http_request_duration_seconds_count\{method="GET",route="\/health\/live",status_code="200"\} [1-9]/,
     )
     expect(res.body).toMatch(
-      /http_request_duration_seconds_count\{method="GET",route="unmatched",status_code="404"\} 1/,
+      /http_request_duration_seconds_count\{method="GET",route="unmatched",status_code="401"\} 1/,
     )
     expect(res.body).not.toContain('/no/such/route/42')
     expect(res.body).toMatch(/db_pool_connections\{state="max"\} \d+/)

@@ -4,7 +4,7 @@ import { useTestApp } from './helpers/app.ts'
 
 const t = useTestApp({
   configure: (app) => {
-    app.post('/test/log-body', async (request) => {
+    app.post('/test/log-body', { config: { public: true } }, async (request) => {
       request.log.info({ body: request.body, ...(request.body as object) }, 'handling')
       return {}
     })

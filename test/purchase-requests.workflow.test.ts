@@ -9,6 +9,7 @@ import {
   asUser,
   deliverMail,
   expectProblem,
+  FRONTEND_URL,
   mailsTo,
   newActor,
   UUID,
@@ -95,6 +96,7 @@ const move = (who: Actor, id: string, action: 'submit' | 'approve') =>
 async function created(who: Actor, title = `Laptops ${randomUUID().slice(0, 8)}`): Promise<string> {
   const res = await create(who, { title })
   expect(res.statusCode).toBe(201)
+  expect(res.headers.location).toBe(`/api/purchase-requests/${res.json().id}`)
   return res.json().id
 }
 
@@ -259,6 +261,9 @@ describe('the workflow DRAFT -submit-> SUBMITTED -approve-> APPROVED', () => {
     expect(mails).toHaveLength(1)
     expect(mails[0]?.subject).toBe(`Purchase request approved: ${title}`)
     expect(mails[0]?.text).toContain(title)
+    // The email links to the request in the frontend (platform.web.frontend-url).
+    expect(mails[0]?.text).toContain(`${FRONTEND_URL}/purchase-requests/${id}`)
+    expect(mails[0]?.html).toContain(`href="${FRONTEND_URL}/purchase-requests/${id}"`)
     expect(await approvalMailsTo(admin.user.email)).toEqual([])
   })
 
@@ -286,7 +291,9 @@ describe('the workflow DRAFT -submit-> SUBMITTED -approve-> APPROVED', () => {
 
     expectProblem(await move(creator, id, 'submit'), 409, 'INVALID_TRANSITION')
     expectProblem(await move(admin, id, 'submit'), 409, 'INVALID_TRANSITION')
-    expectProblem(await move(admin, id, 'approve'), 409, 'INVALID_TRANSITION')
+    const again = await move(admin, id, 'approve')
+    expectProblem(again, 409, 'INVALID_TRANSITION')
+    expect(again.json().detail).toBe('An APPROVED purchase request cannot be approved')
 
     expect((await get(creator, id)).json()).toEqual(before)
     expect((await auditRows(id)).map((row) => row.action)).toEqual(['submit', 'approve'])

@@ -7,7 +7,7 @@ describe('graceful shutdown', () => {
     const release = Promise.withResolvers<void>()
     const t = await createTestApp({
       configure: (app) => {
-        app.get('/test/slow', async () => {
+        app.get('/test/slow', { config: { public: true } }, async () => {
           entered.resolve()
           await release.promise
           return { done: true }

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { AppError, problemResponses } from '../../src/errors.ts'
 import { requireUser } from '../../src/principal.ts'
-import { enforceRateLimits } from '../../src/services/rate-limit.ts'
+import { enforceRateLimits, giveBack } from '../../src/services/rate-limit.ts'
 import type { IssuedSession } from '../../src/services/sessions.ts'
 import { clearSessionCookies, setSessionCookies } from './cookies.ts'
 import {
@@ -40,8 +40,10 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const { username, password, otpCode } = request.body
-      // Limits are checked before any password hash is computed.
-      await enforceRateLimits(db, clock, [
+      // Limits are checked before any password hash is computed. The per-account limit counts every
+      // attempt; the per-IP one counts failures only, so an office behind one address can sign in
+      // (decisions 7): a success gives its IP hit back.
+      const [ipHit] = await enforceRateLimits(db, clock, [
         { key: `login:ip:${request.ip}`, max: config.auth.rateLimit.loginPerMinute, windowSeconds: 60 },
         {
           key: `login:account:${username.trim().toLowerCase()}`,
@@ -51,6 +53,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
       ])
       const user = await app.authenticator.authenticate({ username, password, otpCode })
       if (!user) throw new AppError('INVALID_CREDENTIALS', 'The email or password is not correct')
+      if (ipHit) await giveBack(db, [ipHit])
       const client = { userAgent: request.headers['user-agent'] ?? null, ipAddress: request.ip }
       const session = await app.sessions.start(user, client)
       app.background.run('new-device-check', () => app.accounts.onLogin(user.userId, client))

@@ -75,6 +75,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
       deliverQueued: () => app.authz.outbox.kick(),
     },
     files: app.files,
+    frontendUrl: app.config.web.frontendUrl,
   })
   const read = { scope: 'purchase_requests:read' } as const
   const write = { scope: 'purchase_requests:write' } as const
@@ -95,7 +96,10 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const row = await service.create(requirePrincipal(request), request.body)
-      return reply.code(201).send(toPurchaseRequest(row))
+      return reply
+        .code(201)
+        .header('location', `/api/purchase-requests/${row.id}`)
+        .send(toPurchaseRequest(row))
     },
   )
 

@@ -20,6 +20,15 @@ export interface RelationReference {
   type: string
   relation?: string
   wildcard?: Record<string, never>
+  /** `[user with <condition>]`: only tuples carrying this condition are admitted (OpenFGA ABAC). */
+  condition?: string
+}
+
+/** A `condition <name>(<parameters>) { <CEL expression> }` block of the model. */
+export interface ConditionDefinition {
+  name: string
+  expression: string
+  parameters?: Record<string, { type_name: string; generic_types?: unknown[] }>
 }
 
 export interface TypeDefinition {
@@ -31,6 +40,7 @@ export interface TypeDefinition {
 export interface AuthorizationModel {
   schema_version: string
   type_definitions: TypeDefinition[]
+  conditions?: Record<string, ConditionDefinition>
 }
 
 export function parseModel(dsl: string): AuthorizationModel {
@@ -65,5 +75,22 @@ export class ModelIndex {
 
   directlyRelated(type: string, relation: string): RelationReference[] {
     return this.#types.get(type)?.metadata?.relations?.[relation]?.directly_related_user_types ?? []
+  }
+
+  /** The conditions the model defines or names in a type restriction, with the relations naming each. */
+  conditions(): Array<{ name: string; usedBy: string[] }> {
+    const uses = new Map<string, string[]>(Object.keys(this.model.conditions ?? {}).map((name) => [name, []]))
+    for (const definition of this.model.type_definitions) {
+      for (const [relation, metadata] of Object.entries(definition.metadata?.relations ?? {})) {
+        for (const ref of metadata.directly_related_user_types ?? []) {
+          if (!ref.condition) continue
+          const usedBy = uses.get(ref.condition) ?? []
+          const where = `${definition.type}#${relation}`
+          if (!usedBy.includes(where)) usedBy.push(where)
+          uses.set(ref.condition, usedBy)
+        }
+      }
+    }
+    return [...uses].sort(([a], [b]) => a.localeCompare(b)).map(([name, usedBy]) => ({ name, usedBy }))
   }
 }

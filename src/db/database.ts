@@ -3,6 +3,7 @@ import { PGlite } from '@electric-sql/pglite'
 import { Kysely, PostgresDialect, type TransactionBuilder } from 'kysely'
 import pg from 'pg'
 import { type Config, ConfigError } from '../config.ts'
+import { AppError } from '../errors.ts'
 import { listenPostgres } from './notifications.ts'
 import { PGliteDialect } from './pglite-dialect.ts'
 import type { Database, Tx } from './schema.ts'
@@ -109,16 +110,57 @@ export async function openDatabase(config: Config, options: PostgresOptions = {}
   return openPGlite(`${config.dataDir}/pglite`)
 }
 
+/** Attempts of a unit of work that keeps failing with a serialization failure or a deadlock. */
+export const TRANSACTION_ATTEMPTS = 3
+/** The backoff before attempt n+1 is about BASE * 2^(n-1) ms, jittered by ±50%. */
+const RETRY_BACKOFF_BASE_MS = 10
+
+/**
+ * SQLSTATE 40001 (serialization_failure) and 40P01 (deadlock_detected): the server aborted the
+ * transaction because of a concurrent one, and the same work run again is expected to succeed.
+ */
+const RETRYABLE_SQLSTATES = new Set(['40001', '40P01'])
+
+export function isTransactionConflict(error: unknown): boolean {
+  const code = error instanceof Error ? (error as { code?: unknown }).code : undefined
+  return typeof code === 'string' && RETRYABLE_SQLSTATES.has(code)
+}
+
+const backoff = (attempt: number) =>
+  new Promise<void>((resolve) =>
+    setTimeout(resolve, RETRY_BACKOFF_BASE_MS * 2 ** (attempt - 1) * (0.5 + Math.random())),
+  )
+
 /**
  * The one way to run a unit of work atomically. Repositories take the transaction as their first
  * argument; functions that must run inside one take `Tx`, so calling them outside does not type-check.
+ *
+ * A unit of work aborted by a serialization failure or a deadlock is rolled back and run again as a
+ * whole, up to TRANSACTION_ATTEMPTS times with a small jittered backoff (so two conflicting units do
+ * not meet again in step); after that it answers 503 SERVICE_UNAVAILABLE. `work` may therefore run
+ * more than once: it must do nothing outside the database that a rollback would not undo (side
+ * effects go through an outbox, in the same transaction).
  */
-export function inTransaction<T>(
+export async function inTransaction<T>(
   db: Kysely<Database>,
   work: (trx: Tx) => Promise<T>,
   configure: (builder: TransactionBuilder<Database>) => TransactionBuilder<Database> = (b) => b,
 ): Promise<T> {
-  return configure(db.transaction()).execute(work)
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await configure(db.transaction()).execute(work)
+    } catch (error) {
+      if (!isTransactionConflict(error)) throw error
+      if (attempt >= TRANSACTION_ATTEMPTS) {
+        throw new AppError(
+          'SERVICE_UNAVAILABLE',
+          'The operation kept conflicting with concurrent ones; retry',
+          { headers: { 'retry-after': '1' }, cause: error },
+        )
+      }
+      await backoff(attempt)
+    }
+  }
 }
 
 const UNAVAILABLE_NETWORK_CODES = new Set([

@@ -29,6 +29,10 @@ export interface AccountTable {
   otp_enabled: Generated<boolean>
   otp_last_step: string | null
   session_version: Generated<number>
+  /** Login attempts refused while locked, since the lock was set. */
+  refused_attempts: Generated<number>
+  /** Set while an admin has deactivated the account; null for active and invited accounts. */
+  deactivated_at: Timestamp | null
   created_at: Timestamp
   updated_at: Timestamp
 }

@@ -2,6 +2,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely, Selectable } from 'kysely'
 import type { Clock } from '../clock.ts'
 import type { Database, Tx } from '../db/schema.ts'
+import { SecretBox } from '../services/secret-box.ts'
 import type { MailOutboxTable } from './schema.ts'
 import {
   type MailTemplateData,
@@ -32,8 +33,35 @@ const LAST_ERROR_MAX = 500
 export interface MailMessage<K extends MailTemplateName> {
   template: K
   to: string
-  data: MailTemplateData[K]
+  /** The template's data, or data sealed with `sealMailData` when it carries a secret (a token link). */
+  data: MailTemplateData[K] | SealedMailData
   organizationId?: string | null
+}
+
+/** Template data kept encrypted at rest: what it holds is readable only with the outbox's key. */
+export interface SealedMailData {
+  sealed: string
+}
+
+/** The key of sealed outbox data, derived from the JWT secret: every instance of a deployment has it. */
+export function mailOutboxBox(jwtSecrets: readonly Buffer[]): SecretBox {
+  return new SecretBox(jwtSecrets, 'mail-outbox-data')
+}
+
+/** Seals template data that carries a one-time token, so the outbox never holds it readable. */
+export function sealMailData(box: SecretBox, data: Record<string, unknown>): SealedMailData {
+  return { sealed: box.seal(JSON.stringify(data)) }
+}
+
+function unsealMailData(box: SecretBox | undefined, data: Record<string, unknown>): Record<string, unknown> {
+  if (typeof data.sealed !== 'string') return data
+  if (!box) throw new PermanentMailError('sealed mail data but no key to open it')
+  const { sealed, ...rest } = data
+  try {
+    return { ...rest, ...(JSON.parse(box.open(sealed)) as Record<string, unknown>) }
+  } catch {
+    throw new PermanentMailError('sealed mail data cannot be opened with the current keys')
+  }
 }
 
 /** A message that can never be delivered as stored: it is marked failed at once, not retried. */
@@ -116,6 +144,8 @@ export interface MailOutboxWorkerOptions {
   from: string
   log: Pick<FastifyBaseLogger, 'info' | 'warn' | 'error'>
   templates?: MailTemplates
+  /** Opens sealed message data (`sealMailData`). */
+  box?: SecretBox
   /** Rows claimed per statement (default 10). */
   batchSize?: number
   leaseMs?: number
@@ -132,6 +162,7 @@ export class MailOutboxWorker {
   readonly #domain: string
   readonly #log: MailOutboxWorkerOptions['log']
   readonly #templates: MailTemplates
+  readonly #box: SecretBox | undefined
   readonly #batchSize: number
   readonly #leaseMs: number
   readonly #pollIntervalMs: number
@@ -151,6 +182,7 @@ export class MailOutboxWorker {
     this.#domain = messageIdDomain(options.from)
     this.#log = options.log
     this.#templates = options.templates ?? new MailTemplates()
+    this.#box = options.box
     this.#batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE
     this.#leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS
     this.#pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_MS
@@ -255,7 +287,8 @@ export class MailOutboxWorker {
     try {
       if (!SINGLE_ADDRESS.test(row.recipient))
         throw new PermanentMailError('the recipient is not one address')
-      const rendered = await this.#templates.renderStored(row.template, row.data, {
+      const data = unsealMailData(this.#box, row.data)
+      const rendered = await this.#templates.renderStored(row.template, data, {
         db: this.#db,
         organizationId: row.organization_id,
       })
@@ -279,7 +312,8 @@ export class MailOutboxWorker {
   async #recordSent(id: string, sentAt: Date): Promise<void> {
     await this.#db
       .updateTable('mail_outbox')
-      .set({ sent_at: sentAt, lease_until: null, last_error: null })
+      // The data goes with the delivery: a sent message keeps no link or personal data at rest.
+      .set({ sent_at: sentAt, lease_until: null, last_error: null, data: '{}' })
       .where('id', '=', id)
       .where('sent_at', 'is', null)
       .execute()
@@ -303,7 +337,7 @@ export class MailOutboxWorker {
       .set({
         lease_until: null,
         last_error: errorText(description),
-        ...(giveUp ? { failed_at: now } : { next_attempt_at: nextAttemptAt }),
+        ...(giveUp ? { failed_at: now, data: '{}' } : { next_attempt_at: nextAttemptAt }),
       })
       .where('id', '=', row.id)
       .where('sent_at', 'is', null)

@@ -15,7 +15,7 @@ export interface MailTemplateData {
   /** `at` is an ISO-8601 instant. */
   new_device_login: { userAgent: string; ipAddress: string; at: string }
   /** `subject` is the fallback when no subject resolver is installed or it yields nothing. */
-  purchase_request_approved: { title: string; subject?: string }
+  purchase_request_approved: { title: string; link?: string; subject?: string }
 }
 
 export type MailTemplateName = keyof MailTemplateData
@@ -185,8 +185,11 @@ const TEMPLATES: { [K in MailTemplateName]: TemplateDefinition<MailTemplateData[
   },
   purchase_request_approved: {
     subject: (d) => d.subject?.trim() || `Purchase request approved: ${d.title}`,
-    text: (d) => `Your purchase request "${d.title}" was approved.`,
-    body: (d) => html`<p>Your purchase request <strong>${d.title}</strong> was approved.</p>`,
+    text: (d) => `Your purchase request "${d.title}" was approved.${d.link ? `\n\n${d.link}` : ''}`,
+    body: (d) =>
+      d.link
+        ? html`<p>Your purchase request <a href="${d.link}"><strong>${d.title}</strong></a> was approved.</p>`
+        : html`<p>Your purchase request <strong>${d.title}</strong> was approved.</p>`,
   },
 }
 

@@ -32,40 +32,80 @@ export function insertAccount(
     .executeTakeFirstOrThrow()
 }
 
+export interface ClaimedAttempt {
+  account: AccountRow
+  /** The account was locked before this attempt: it was not counted and gets no verification. */
+  wasLocked: boolean
+}
+
 /**
- * Counts one failed attempt atomically, unless the account is locked at `now`. Reaching `max`
- * locks it until `lockedUntil`; a lock that has expired starts a new count. Returns the new state,
- * or undefined when the account was already locked (the attempt is not counted).
+ * Claims one login attempt of an active account, in one statement and before any password is
+ * verified: the attempt is counted as failed up front (a success clears it later), and reaching
+ * `max` locks the account until `lockedUntil`; an expired lock starts a new count. While locked the
+ * attempt is refused and not counted as a failure, only as refused. So of any burst, at most `max`
+ * attempts per lockout window are ever verified. Unknown and inactive accounts: undefined.
  */
-export function recordFailedAttempt(
+export async function claimLoginAttempt(
   db: Executor,
-  id: string,
+  email: string,
   now: Date,
   max: number,
   lockedUntil: Date,
-): Promise<{ failed_attempts: number; locked_until: Date | null } | undefined> {
-  const expiredLock = sql<boolean>`(locked_until is not null and locked_until <= ${now})`
-  const next = sql<number>`case when ${expiredLock} then 1 else failed_attempts + 1 end`
-  return db
-    .updateTable('accounts')
-    .set({
-      failed_attempts: next,
-      locked_until: sql`case when ${next} >= ${max} then ${lockedUntil}::timestamptz when ${expiredLock} then null else locked_until end`,
-      updated_at: now,
-    })
-    .where('id', '=', id)
-    .where((eb) => eb.or([eb('locked_until', 'is', null), eb('locked_until', '<=', now)]))
-    .returning(['failed_attempts', 'locked_until'])
-    .executeTakeFirst()
+): Promise<ClaimedAttempt | undefined> {
+  const result = await sql<AccountRow & { was_locked: boolean }>`
+    with old as (
+      select id, failed_attempts, locked_until, (locked_until is not null and locked_until > ${now}) as locked,
+             (locked_until is not null and locked_until <= ${now}) as expired
+      from accounts where lower(email) = ${email.toLowerCase()} and active
+      for update
+    ), next as (
+      select id, locked, expired, locked_until,
+             case when locked then failed_attempts when expired then 1 else failed_attempts + 1 end as n
+      from old
+    )
+    update accounts a set
+      failed_attempts = next.n,
+      locked_until = case when next.locked then next.locked_until
+                          when next.n >= ${max} then ${lockedUntil}::timestamptz else null end,
+      refused_attempts = case when next.locked then a.refused_attempts + 1
+                              when next.expired then 0 else a.refused_attempts end,
+      updated_at = ${now}
+    from next where a.id = next.id
+    returning a.*, next.locked as was_locked`.execute(db)
+  const row = result.rows[0]
+  if (!row) return undefined
+  const { was_locked, ...account } = row
+  return { account, wasLocked: was_locked }
 }
 
-export async function clearFailedAttempts(db: Executor, id: string, now: Date): Promise<void> {
-  await db
+/**
+ * Ends a claimed attempt whose password was right: clears the failure count (`release: 'clear'`,
+ * a successful login) or gives back just this attempt (`'refund'`, the second factor is still
+ * missing). Refused while the account is locked and an attempt has been refused since the lock:
+ * the burst went past the limit. False then, and the caller answers ACCOUNT_LOCKED.
+ */
+export async function settleLoginAttempt(
+  db: Executor,
+  accountId: string,
+  now: Date,
+  max: number,
+  release: 'clear' | 'refund',
+): Promise<boolean> {
+  const failed = release === 'clear' ? sql<number>`0` : sql<number>`greatest(failed_attempts - 1, 0)`
+  const result = await db
     .updateTable('accounts')
-    .set({ failed_attempts: 0, locked_until: null, updated_at: now })
-    .where('id', '=', id)
-    .where((eb) => eb.or([eb('failed_attempts', '>', 0), eb('locked_until', 'is not', null)]))
-    .execute()
+    .set({
+      failed_attempts: failed,
+      locked_until: sql`case when ${failed} < ${max} then null else locked_until end`,
+      refused_attempts: 0,
+      updated_at: now,
+    })
+    .where('id', '=', accountId)
+    .where((eb) =>
+      eb.or([eb('locked_until', 'is', null), eb('locked_until', '<=', now), eb('refused_attempts', '=', 0)]),
+    )
+    .executeTakeFirst()
+  return result.numUpdatedRows > 0n
 }
 
 export async function updatePasswordHash(
@@ -96,4 +136,23 @@ export async function findSessionVersion(db: Executor, id: string): Promise<numb
     .where('id', '=', id)
     .executeTakeFirst()
   return row?.session_version
+}
+
+export function listAccounts(db: Executor, organizationId: string): Promise<AccountRow[]> {
+  return db
+    .selectFrom('accounts')
+    .selectAll()
+    .where('organization_id', '=', organizationId)
+    .orderBy(sql`lower(email)`)
+    .execute()
+}
+
+/** Ends the account's lock and its failure count now (operators, `user unlock`); undefined: no such account. */
+export function unlockAccount(db: Executor, email: string, now: Date): Promise<{ id: string } | undefined> {
+  return db
+    .updateTable('accounts')
+    .set({ failed_attempts: 0, locked_until: null, refused_attempts: 0, updated_at: now })
+    .where(sql`lower(email)`, '=', email.trim().toLowerCase())
+    .returning('id')
+    .executeTakeFirst()
 }

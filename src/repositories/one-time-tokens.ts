@@ -35,14 +35,20 @@ export function consumeOneTimeToken(
     .executeTakeFirst()
 }
 
-/** Retires every other outstanding token of the account, so an older link stops working. */
-export async function retireOneTimeTokens(trx: Tx, accountId: string, now: Date): Promise<void> {
-  await trx
+/** Retires the account's outstanding tokens (of one purpose, or all), so older links stop working. */
+export async function retireOneTimeTokens(
+  trx: Tx,
+  accountId: string,
+  now: Date,
+  purpose?: OneTimeTokenPurpose,
+): Promise<void> {
+  let query = trx
     .updateTable('one_time_tokens')
     .set({ used_at: now })
     .where('account_id', '=', accountId)
     .where('used_at', 'is', null)
-    .execute()
+  if (purpose) query = query.where('purpose', '=', purpose)
+  await query.execute()
 }
 
 export function findOneTimeToken(db: Executor, tokenHash: string): Promise<OneTimeTokenRow | undefined> {

@@ -10,3 +10,7 @@ export function insertOrganization(db: Executor, values: { name: string }): Prom
 export function findOrganization(db: Executor, id: string): Promise<OrganizationRow | undefined> {
   return db.selectFrom('organizations').selectAll().where('id', '=', id).executeTakeFirst()
 }
+
+export function listOrganizations(db: Executor): Promise<OrganizationRow[]> {
+  return db.selectFrom('organizations').selectAll().orderBy('name').orderBy('id').execute()
+}

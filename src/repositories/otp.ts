@@ -52,18 +52,22 @@ export async function replaceBackupCodes(
     .execute()
 }
 
-/** Uses a backup code atomically; true when it existed and was unused. */
+/**
+ * Uses a backup code atomically, found by its keyed hash through the (account_id, code_hash) index;
+ * true when it existed and was unused. One UPDATE … WHERE used_at IS NULL: of concurrent uses of one
+ * code, the row lock lets exactly one through.
+ */
 export async function consumeBackupCode(
   db: Executor,
   accountId: string,
-  codeHash: string,
+  codeHashes: string[],
   now: Date,
 ): Promise<boolean> {
   const row = await db
     .updateTable('otp_backup_codes')
     .set({ used_at: now })
     .where('account_id', '=', accountId)
-    .where('code_hash', '=', codeHash)
+    .where('code_hash', 'in', codeHashes)
     .where('used_at', 'is', null)
     .returning('id')
     .executeTakeFirst()

@@ -5,7 +5,7 @@ import type { Config } from '../config.ts'
 import { inTransaction } from '../db/database.ts'
 import type { Database, OneTimeTokenPurpose, Role, Tx } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
-import { enqueueMail } from '../mail/outbox.ts'
+import { enqueueMail, type SealedMailData } from '../mail/outbox.ts'
 import type { UserPrincipal } from '../principal.ts'
 import {
   type AccountRow,
@@ -41,6 +41,8 @@ export interface AccountManagementDeps {
   clock: Clock
   config: Config
   passwords: PasswordHasher
+  /** Seals the link of a one-time token for the mail outbox, so no raw token is ever at rest. */
+  sealMail: (data: Record<string, unknown>) => SealedMailData
 }
 
 const LINK_PATHS: Record<OneTimeTokenPurpose, { path: string; template: 'invitation' | 'password_reset' }> = {
@@ -73,6 +75,8 @@ export class AccountManagement implements PasswordResetHandler {
     purpose: OneTimeTokenPurpose,
     now: Date,
   ) {
+    // A new link retires the older ones of its purpose: only the latest reset or invitation works.
+    await retireOneTimeTokens(trx, account.id, now, purpose)
     const token = newOpaqueToken()
     await insertOneTimeToken(trx, {
       accountId: account.id,
@@ -89,7 +93,7 @@ export class AccountManagement implements PasswordResetHandler {
       {
         template,
         to: account.email,
-        data: { link: link.toString() },
+        data: this.#deps.sealMail({ link: link.toString() }),
         organizationId: account.organization_id,
       },
       now,
@@ -173,12 +177,15 @@ export class AccountManagement implements PasswordResetHandler {
         throw new AppError('LAST_ADMIN', "The organization's last active admin cannot be deactivated")
       }
       await this.#admin(trx, caller)
-      if (!target.active) return { userId, active: false }
+      if (target.deactivated_at) return { userId, active: false }
+      // An invited account (inactive, not yet deactivated) is deactivated too: its invitation must
+      // not bring it back. Every outstanding link dies with it and its role tuple goes.
       await trx
         .updateTable('accounts')
-        .set({ active: false, updated_at: now })
+        .set({ active: false, deactivated_at: now, updated_at: now })
         .where('id', '=', userId)
         .execute()
+      await retireOneTimeTokens(trx, userId, now)
       await revokeSessions(trx, { userId }, now, 'deactivated')
       await incrementSessionVersion(trx, userId)
       await enqueueTupleChanges(trx, [roleTuple('delete', target)], now)
@@ -192,14 +199,17 @@ export class AccountManagement implements PasswordResetHandler {
     return inTransaction(db, async (trx) => {
       const admin = await this.#admin(trx, caller)
       const target = await this.#target(trx, admin.organization_id, userId)
-      if (target.active) return { userId, active: true }
+      if (!target.deactivated_at) return { userId, active: target.active }
+      // An invitee who never set a password goes back to invited: active once it accepts a fresh
+      // invitation (admin reset sends one).
+      const active = !PasswordHasher.isUnusable(target.password_hash)
       await trx
         .updateTable('accounts')
-        .set({ active: true, updated_at: now })
+        .set({ active, deactivated_at: null, updated_at: now })
         .where('id', '=', userId)
         .execute()
       await enqueueTupleChanges(trx, [roleTuple('write', target)], now)
-      return { userId, active: true }
+      return { userId, active }
     })
   }
 
@@ -214,7 +224,7 @@ export class AccountManagement implements PasswordResetHandler {
       const admin = await this.#admin(trx, caller)
       const target = await this.#target(trx, admin.organization_id, userId)
       if (target.active) return this.#sendToken(trx, target, 'PASSWORD_RESET', clock.now())
-      if (PasswordHasher.isUnusable(target.password_hash))
+      if (!target.deactivated_at && PasswordHasher.isUnusable(target.password_hash))
         return this.#sendToken(trx, target, 'INVITATION', clock.now())
     })
   }
@@ -246,8 +256,8 @@ export class AccountManagement implements PasswordResetHandler {
       if (!used) throw new AppError('INVALID_TOKEN', 'The link is invalid, expired or already used')
       const account = await findAccount(trx, used.account_id)
       if (!account) throw new AppError('INVALID_TOKEN', 'The link is invalid, expired or already used')
-      // A reset link does not bring back a deactivated account; an invitation activates its account.
-      if (used.purpose === 'PASSWORD_RESET' && !account.active) {
+      // No link brings back a deactivated account; an invitation activates an invited one.
+      if (account.deactivated_at || (used.purpose === 'PASSWORD_RESET' && !account.active)) {
         throw new AppError('INVALID_TOKEN', 'The link is invalid, expired or already used')
       }
       await trx

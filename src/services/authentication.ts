@@ -5,9 +5,8 @@ import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import {
   type AccountRow,
-  clearFailedAttempts,
-  findAccountByEmail,
-  recordFailedAttempt,
+  claimLoginAttempt,
+  settleLoginAttempt,
   updatePasswordHash,
 } from '../repositories/accounts.ts'
 import type { PasswordHasher } from './passwords.ts'
@@ -43,9 +42,11 @@ export interface AccountAuthenticatorDeps {
 }
 
 /**
- * The built-in authenticator on the account table. Unknown, deactivated and wrong-password logins
- * do the same work (one argon2 verification) and give the same answer. Failed attempts are counted
- * in one atomic statement, so parallel attempts cannot exceed the limit.
+ * The built-in authenticator on the account table. Every attempt first claims a slot in one
+ * statement (src/repositories/accounts.ts `claimLoginAttempt`), counted as failed until the password
+ * proves right, so parallel attempts can neither get more than the allowed verifications nor clear
+ * a lock that a parallel failure set. Unknown, deactivated and wrong-password logins run the same
+ * statements and one argon2 verification each, and get the same answer.
  */
 export class AccountAuthenticator implements CredentialAuthenticator {
   readonly #deps: AccountAuthenticatorDeps
@@ -60,42 +61,45 @@ export class AccountAuthenticator implements CredentialAuthenticator {
   }
 
   async authenticate({ username, password, otpCode }: Credentials): Promise<AuthenticatedUser | null> {
-    const { db, clock, passwords } = this.#deps
-    const account = await findAccountByEmail(db, username.trim())
-    if (!account) {
+    const { db, clock, config, passwords } = this.#deps
+    const now = clock.now()
+    const { maxAttempts, durationMinutes } = config.auth.lockout
+    const lockedUntil = new Date(now.getTime() + durationMinutes * 60_000)
+    const claimed = await claimLoginAttempt(db, username.trim(), now, maxAttempts, lockedUntil)
+    if (!claimed) {
       await passwords.verifyNothing(password)
       return null
     }
-    const now = clock.now()
-    const passwordMatches = await passwords.verify(account.password_hash, password)
-    // A deactivated account is indistinguishable from a wrong password, even while locked.
-    if (!account.active) return null
-    if (account.locked_until && account.locked_until > now) {
-      throw new AppError('ACCOUNT_LOCKED', 'The account is temporarily locked after too many failed attempts')
+    // A locked account gets no verification at all: its attempts cost no hash and reveal nothing.
+    if (claimed.wasLocked) throw locked(claimed.account.locked_until ?? lockedUntil, now)
+    const { account } = claimed
+    // A wrong password (or, below, a wrong code) stays counted as the claim counted it.
+    if (!(await passwords.verify(account.password_hash, password))) return null
+    if (this.#secondFactor) {
+      let passed: boolean
+      try {
+        passed = await this.#secondFactor(account, otpCode)
+      } catch (error) {
+        // OTP_REQUIRED: the password was right and no code was tried, so the attempt is given back.
+        if (error instanceof AppError && error.code === 'OTP_REQUIRED') {
+          if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'refund')))
+            throw locked(lockedUntil, now)
+        }
+        throw error
+      }
+      if (!passed) throw new AppError('INVALID_OTP', 'The one-time password is not valid')
     }
-    if (!passwordMatches) {
-      await this.#countFailure(account.id, now)
-      return null
-    }
-    if (this.#secondFactor && !(await this.#secondFactor(account, otpCode))) {
-      // The second-factor check throws OTP_REQUIRED / INVALID_OTP itself; false means "count it".
-      await this.#countFailure(account.id, now)
-      throw new AppError('INVALID_OTP', 'The one-time password is not valid')
-    }
-    await clearFailedAttempts(db, account.id, now)
+    // A burst past the limit locks the account for good: then even the right password is refused.
+    if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear'))) throw locked(lockedUntil, now)
     if (passwords.needsRehash(account.password_hash)) {
       await updatePasswordHash(db, account.id, await passwords.hash(password), now)
     }
     return { userId: account.id, organizationId: account.organization_id }
   }
-
-  async #countFailure(accountId: string, now: Date): Promise<void> {
-    const { db, config } = this.#deps
-    const { maxAttempts, durationMinutes } = config.auth.lockout
-    const lockedUntil = new Date(now.getTime() + durationMinutes * 60_000)
-    const counted = await recordFailedAttempt(db, accountId, now, maxAttempts, lockedUntil)
-    // Not counted means a parallel attempt locked the account first.
-    if (!counted)
-      throw new AppError('ACCOUNT_LOCKED', 'The account is temporarily locked after too many failed attempts')
-  }
 }
+
+/** ACCOUNT_LOCKED with Retry-After: the seconds until the lock ends (decisions 7). */
+const locked = (until: Date, now: Date) =>
+  new AppError('ACCOUNT_LOCKED', 'The account is temporarily locked after too many failed attempts', {
+    headers: { 'retry-after': String(Math.max(1, Math.ceil((until.getTime() - now.getTime()) / 1000))) },
+  })

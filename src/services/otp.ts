@@ -1,9 +1,9 @@
-import { randomInt } from 'node:crypto'
+import { createHmac, hkdfSync, randomInt } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { Secret, TOTP } from 'otpauth'
 import QRCode from 'qrcode'
 import type { Clock } from '../clock.ts'
-import type { Config } from '../config.ts'
+import { type Config, jwtSecrets } from '../config.ts'
 import { inTransaction } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
@@ -17,14 +17,22 @@ import {
   storeOtpSecret,
 } from '../repositories/otp.ts'
 import type { SecretBox } from './secret-box.ts'
-import { sha256 } from './tokens.ts'
 
 const PERIOD_SECONDS = 30
 const DIGITS = 6
 /** Codes one period early or late are accepted (clock drift); each step only once. */
 const WINDOW = 1
 const BACKUP_CODES = 10
-const BACKUP_ALPHABET = 'abcdefghjkmnpqrstuvwxyz23456789'
+/**
+ * Crockford's base32 in lower case: 32 symbols (5 bits each), no i, l, o or u, so nothing reads as
+ * another; on input o is read as 0 and i, l as 1, as Crockford specifies.
+ */
+const BACKUP_ALPHABET = '0123456789abcdefghjkmnpqrstvwxyz'
+const BACKUP_GROUPS = 5
+const BACKUP_GROUP_LENGTH = 5
+/** 25 symbols of 5 bits: 125 bits, beyond any guessing, online or offline. */
+const BACKUP_LENGTH = BACKUP_GROUPS * BACKUP_GROUP_LENGTH
+const BACKUP_CODE = new RegExp(`^[${BACKUP_ALPHABET}]{${BACKUP_LENGTH}}$`)
 
 export interface OtpServiceDeps {
   db: Kysely<Database>
@@ -33,13 +41,56 @@ export interface OtpServiceDeps {
   box: SecretBox
 }
 
-/** A backup code: 10 characters from an unambiguous alphabet (≈ 49 bits), shown as xxxxx-xxxxx. */
+/** A backup code: 25 random base32 symbols (125 bits), shown as xxxxx-xxxxx-xxxxx-xxxxx-xxxxx. */
 function newBackupCode(): string {
-  const chars = Array.from({ length: 10 }, () => BACKUP_ALPHABET[randomInt(BACKUP_ALPHABET.length)]).join('')
-  return `${chars.slice(0, 5)}-${chars.slice(5)}`
+  const symbols = Array.from(
+    { length: BACKUP_LENGTH },
+    () => BACKUP_ALPHABET[randomInt(BACKUP_ALPHABET.length)],
+  )
+  return Array.from({ length: BACKUP_GROUPS }, (_, group) =>
+    symbols.slice(group * BACKUP_GROUP_LENGTH, (group + 1) * BACKUP_GROUP_LENGTH).join(''),
+  ).join('-')
 }
 
-const normalizeBackupCode = (code: string) => code.trim().toLowerCase().replace(/[\s-]/g, '')
+/**
+ * A code as typed, in its canonical form, or null when it cannot be a backup code: case, hyphens
+ * and white space do not matter, and o, i, l stand for 0, 1, 1.
+ */
+function normalizeBackupCode(typed: string): string | null {
+  const code = typed.toLowerCase().replace(/[\s-]/g, '').replace(/o/g, '0').replace(/[il]/g, '1')
+  return BACKUP_CODE.test(code) ? code : null
+}
+
+/**
+ * Backup codes are stored as HMAC-SHA256 under a key derived (HKDF) from the JWT secret, as the TOTP
+ * secrets' sealing key is, under its own purpose label. Why a keyed hash rather than a salted slow
+ * one: the codes carry 125 random bits, so slowing each guess adds nothing, while a server-side key
+ * means a copy of the database alone cannot test a single guess. A keyed hash is also deterministic,
+ * so a typed code is found through the (account_id, code_hash) index and consumed by one atomic
+ * UPDATE, with no per-row comparison in application code that could leak timing; a salted hash
+ * would need every unused row read and hashed at each login. The comparison the database makes is
+ * on a MAC an attacker cannot compute, so its timing reveals nothing about a code.
+ */
+class BackupCodeHasher {
+  readonly #keys: Buffer[]
+
+  /** `masterSecrets`: the current JWT secret first, then the previous ones (rotation). */
+  constructor(masterSecrets: readonly Buffer[]) {
+    this.#keys = masterSecrets.map((master) =>
+      Buffer.from(hkdfSync('sha256', master, 'platform-core', 'otp-backup-code-mac', 32)),
+    )
+  }
+
+  /** The stored form of a normalised code, under the current key. */
+  hash(normalizedCode: string): string {
+    return this.candidates(normalizedCode)[0] as string
+  }
+
+  /** The forms the code may be stored in: under the current key and under each previous one. */
+  candidates(normalizedCode: string): string[] {
+    return this.#keys.map((key) => createHmac('sha256', key).update(normalizedCode, 'utf8').digest('hex'))
+  }
+}
 
 /**
  * TOTP second factor (RFC 6238, SHA-1, 6 digits, 30 s) with one-time backup codes. Secrets are
@@ -47,9 +98,11 @@ const normalizeBackupCode = (code: string) => code.trim().toLowerCase().replace(
  */
 export class OtpService {
   readonly #deps: OtpServiceDeps
+  readonly #backupCodeHasher: BackupCodeHasher
 
   constructor(deps: OtpServiceDeps) {
     this.#deps = deps
+    this.#backupCodeHasher = new BackupCodeHasher(jwtSecrets(deps.config))
   }
 
   async #account(userId: string): Promise<AccountRow> {
@@ -113,7 +166,7 @@ export class OtpService {
       await replaceBackupCodes(
         trx,
         account.id,
-        backupCodes.map((c) => sha256(normalizeBackupCode(c))),
+        backupCodes.map((code) => this.#backupCodeHasher.hash(code.replaceAll('-', ''))),
         now,
       )
       await enqueueMail(
@@ -160,7 +213,13 @@ export class OtpService {
     const step = this.#validStep(account, otpCode)
     if (step !== null) return claimOtpStep(this.#deps.db, account.id, step)
     const backup = normalizeBackupCode(otpCode)
-    if (backup.length !== 10) return false
-    return consumeBackupCode(this.#deps.db, account.id, sha256(backup), this.#deps.clock.now())
+    if (backup === null) return false
+    // One atomic UPDATE … WHERE used_at IS NULL: of parallel logins with one code, exactly one wins.
+    return consumeBackupCode(
+      this.#deps.db,
+      account.id,
+      this.#backupCodeHasher.candidates(backup),
+      this.#deps.clock.now(),
+    )
   }
 }

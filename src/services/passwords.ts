@@ -35,14 +35,18 @@ export class PasswordHasher {
     }
   }
 
+  /**
+   * Passwords are hashed and verified in Unicode NFKC, so the same password typed on another
+   * keyboard or system (composed or decomposed accents, full-width forms) matches (NIST 800-63B).
+   */
   hash(password: string): Promise<string> {
-    return hash(password, PasswordHasher.#options(this.#parameters))
+    return hash(password.normalize('NFKC'), PasswordHasher.#options(this.#parameters))
   }
 
   /** Verifies against a stored hash; a malformed or unusable hash simply does not match. */
   async verify(storedHash: string, password: string): Promise<boolean> {
     try {
-      return await verify(storedHash, password)
+      return await verify(storedHash, password.normalize('NFKC'))
     } catch {
       return false
     }

@@ -50,6 +50,8 @@ export interface PurchaseRequestDeps {
   clock: Clock
   permissions: PermissionGate
   files: AttachmentStore
+  /** Base of the link to the request in the approval email (`platform.web.frontend-url`). */
+  frontendUrl: string
 }
 
 export const TITLE_MAX = 255
@@ -232,7 +234,7 @@ export class PurchaseRequests {
     const invalid = () =>
       new AppError(
         'INVALID_TRANSITION',
-        `A ${current.status} purchase request cannot be ${action === 'submit' ? 'submitted' : 'approved'}`,
+        `${/^[AEIOU]/.test(current.status) ? 'An' : 'A'} ${current.status} purchase request cannot be ${action === 'submit' ? 'submitted' : 'approved'}`,
       )
     const to = nextStatus(current.status, action)
     if (!to) throw invalid()
@@ -263,7 +265,10 @@ export class PurchaseRequests {
             {
               template: 'purchase_request_approved',
               to: creator.email,
-              data: { title: moved.title },
+              data: {
+                title: moved.title,
+                link: new URL(`/purchase-requests/${id}`, this.#deps.frontendUrl).toString(),
+              },
               organizationId: moved.organization_id,
             },
             now,

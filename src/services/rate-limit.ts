@@ -2,7 +2,8 @@ import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
-import { hitRateLimit } from '../repositories/rate-limits.ts'
+import { deleteRateLimitsBefore, hitRateLimit, unhitRateLimit } from '../repositories/rate-limits.ts'
+import type { RetentionRule } from './housekeeping.ts'
 
 export interface Limit {
   /** Counter name, e.g. `login:ip:203.0.113.9`. */
@@ -16,12 +17,18 @@ export interface Limit {
  * limit is counted (one statement each) and the first exceeded one answers 429 RATE_LIMITED with
  * Retry-After. Callers check limits before any expensive work such as hashing a password.
  */
-export async function enforceRateLimits(db: Kysely<Database>, clock: Clock, limits: Limit[]): Promise<void> {
+export async function enforceRateLimits(
+  db: Kysely<Database>,
+  clock: Clock,
+  limits: Limit[],
+): Promise<CountedHit[]> {
   const now = clock.now().getTime()
+  const counted: CountedHit[] = []
   for (const limit of limits) {
     const windowMs = limit.windowSeconds * 1000
     const windowStart = Math.floor(now / windowMs) * windowMs
     const count = await hitRateLimit(db, limit.key, new Date(windowStart))
+    counted.push({ key: limit.key, windowStart: new Date(windowStart) })
     if (count > limit.max) {
       const retryAfter = Math.max(1, Math.ceil((windowStart + windowMs - now) / 1000))
       throw new AppError('RATE_LIMITED', 'Too many attempts; try again later', {
@@ -29,4 +36,30 @@ export async function enforceRateLimits(db: Kysely<Database>, clock: Clock, limi
       })
     }
   }
+  return counted
+}
+
+/** A hit counted by `enforceRateLimits`, which a limit that counts only failures may give back. */
+export interface CountedHit {
+  key: string
+  windowStart: Date
+}
+
+/**
+ * Gives back hits of limits that count failures only (the per-IP login limit, decisions 7): each
+ * attempt is counted before the expensive work, so parallel attempts cannot pass the limit, and a
+ * success takes its hit back. A window that has rolled over since keeps its count.
+ */
+export async function giveBack(db: Kysely<Database>, hits: CountedHit[]): Promise<void> {
+  for (const hit of hits) await unhitRateLimit(db, hit.key, hit.windowStart)
+}
+
+/** The longest window any limit uses (the per-account reset limit: one hour). */
+export const LONGEST_WINDOW_SECONDS = 3600
+
+/** Retention: a counter whose window has passed counts nothing any more (issue 11 item 12). */
+export const rateLimitRetention: RetentionRule = {
+  name: 'rate_limits',
+  sweep: (db, now) =>
+    deleteRateLimitsBefore(db, new Date(now.getTime() - LONGEST_WINDOW_SECONDS * 1000), 500),
 }

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { createSigner, createVerifier } from 'fast-jwt'
 import { type Clock, epochSeconds } from '../clock.ts'
-import { type Config, decodeJwtSecret } from '../config.ts'
+import { type Config, jwtSecrets } from '../config.ts'
 
 export interface UserTokenClaims {
   sub: string
@@ -24,44 +24,77 @@ export interface IssuedToken {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
+/** Tokens whose `iat` or `nbf` lies further in the future than this are refused (decisions 7). */
+export const CLOCK_SKEW_SECONDS = 60
+
+/** The `kid` of a signing key: derived from the key, so it names it without revealing it. */
+export function keyId(key: Buffer): string {
+  return createHash('sha256').update('platform-core-jwt-kid').update(key).digest('base64url').slice(0, 16)
+}
+
+type Verify = (token: string) => Record<string, unknown>
+
+/** The `kid` of a compact JWS header, read without verifying anything (it only picks the key). */
+function headerKid(token: string): string | undefined {
+  const dot = token.indexOf('.')
+  if (dot <= 0 || dot > 512) return undefined
+  try {
+    const header = JSON.parse(Buffer.from(token.slice(0, dot), 'base64url').toString('utf8')) as {
+      kid?: unknown
+    }
+    return typeof header.kid === 'string' ? header.kid : undefined
+  } catch {
+    return undefined
+  }
+}
+
 /**
  * HS256 access tokens. The algorithm is pinned; signature, issuer, audience and expiry are
- * verified; expiry against the injected clock. User and service tokens differ by audience, so one
- * can never pass for the other.
+ * verified; expiry against the injected clock, and so are `iat`/`nbf` (at most 60 s ahead) and the
+ * lifetime (`exp - iat` at most the configured TTL). User and service tokens differ by audience,
+ * so one can never pass for the other. The current secret signs, with its `kid` in the header;
+ * `platform.auth.jwt.previous-secrets` only verify, so a secret is rotated without signing anyone out.
  */
 export class AccessTokens {
   readonly #clock: Clock
   readonly #ttl: number
   readonly #sign: (payload: Record<string, unknown>) => string
-  readonly #verifyUser: (token: string) => Record<string, unknown>
-  readonly #verifyService: (token: string) => Record<string, unknown>
+  readonly #verifyUser: Map<string, Verify>
+  readonly #verifyService: Map<string, Verify>
   readonly #issuer: string
   readonly #userAudience: string
   readonly #serviceAudience: string
 
   constructor(config: Config, clock: Clock) {
-    const key = decodeJwtSecret(config.auth.jwt.secret)
+    const keys = jwtSecrets(config)
+    const key = keys[0] as Buffer
     const { issuer, userAudience, serviceAudience, accessTokenTtl } = config.auth.jwt
     this.#clock = clock
     this.#ttl = accessTokenTtl
     this.#issuer = issuer
     this.#userAudience = userAudience
     this.#serviceAudience = serviceAudience
-    this.#sign = createSigner({ key, algorithm: 'HS256' })
-    const verifier = (audience: string, claims: string[]) =>
-      createVerifier({
-        key,
-        algorithms: ['HS256'],
-        allowedIss: issuer,
-        allowedAud: audience,
-        // Expiry is checked against the injected clock below, so the cache stays correct.
-        ignoreExpiration: true,
-        ignoreNotBefore: true,
-        requiredClaims: ['iss', 'aud', 'exp', 'iat', ...claims],
-        cache: 10_000,
-      })
-    this.#verifyUser = verifier(userAudience, ['sub', 'sid', 'org', 'ver'])
-    this.#verifyService = verifier(serviceAudience, ['sub', 'cid', 'scope'])
+    this.#sign = createSigner({ key, algorithm: 'HS256', kid: keyId(key) })
+    // One cached verifier per key and audience, picked by the token's kid.
+    const verifiers = (audience: string, claims: string[]) =>
+      new Map(
+        keys.map((k) => [
+          keyId(k),
+          createVerifier({
+            key: k,
+            algorithms: ['HS256'],
+            allowedIss: issuer,
+            allowedAud: audience,
+            // Time claims are checked against the injected clock below, so the cache stays correct.
+            ignoreExpiration: true,
+            ignoreNotBefore: true,
+            requiredClaims: ['iss', 'aud', 'exp', 'iat', ...claims],
+            cache: 10_000,
+          }),
+        ]),
+      )
+    this.#verifyUser = verifiers(userAudience, ['sub', 'sid', 'org', 'ver'])
+    this.#verifyService = verifiers(serviceAudience, ['sub', 'cid', 'scope'])
   }
 
   #issue(audience: string, claims: object): IssuedToken {
@@ -80,17 +113,21 @@ export class AccessTokens {
     return this.#issue(this.#serviceAudience, claims)
   }
 
-  #verified(
-    verify: (token: string) => Record<string, unknown>,
-    token: string,
-  ): Record<string, unknown> | null {
+  #verified(verifiers: Map<string, Verify>, token: string): Record<string, unknown> | null {
+    const kid = headerKid(token)
+    const verify = kid === undefined ? undefined : verifiers.get(kid)
+    if (!verify) return null
     let payload: Record<string, unknown>
     try {
       payload = verify(token)
     } catch {
       return null
     }
-    if (typeof payload.exp !== 'number' || payload.exp <= epochSeconds(this.#clock)) return null
+    const now = epochSeconds(this.#clock)
+    const { exp, iat, nbf } = payload
+    if (typeof exp !== 'number' || exp <= now) return null
+    if (typeof iat !== 'number' || iat > now + CLOCK_SKEW_SECONDS || exp - iat > this.#ttl) return null
+    if (nbf !== undefined && (typeof nbf !== 'number' || nbf > now + CLOCK_SKEW_SECONDS)) return null
     return payload
   }
 

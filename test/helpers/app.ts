@@ -6,13 +6,15 @@ import { type AppDependencies, buildApp } from '../../src/app.ts'
 import type { Clock } from '../../src/clock.ts'
 import { type Config, ConfigError, type ConfigSource, loadConfig } from '../../src/config.ts'
 import { TestClock } from './clock.ts'
+import { checkRepliesAgainstDocument } from './contract.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
 import { startTestS3 } from './s3.ts'
 
 export const testSecret = (): string => randomBytes(32).toString('base64')
 
+/** The test suite runs under the `test` profile, which alone may use a cheap password hash. */
 export function testConfig(overrides: ConfigSource = {}): Config {
-  return loadConfig({ 'platform.auth.jwt.secret': testSecret(), ...overrides })
+  return loadConfig({ 'platform.profile': 'test', 'platform.auth.jwt.secret': testSecret(), ...overrides })
 }
 
 /** The ConfigError that `fn` throws; fails the test if it throws nothing, and rethrows any other error. */
@@ -80,12 +82,15 @@ export async function createTestApp(options: TestAppOptions = {}): Promise<TestA
     app = await buildApp(config, {
       startMailWorker: false,
       startAuthzWorker: false,
+      startHousekeeping: false,
       ...options.deps,
       database: database.handle,
       clock,
       logStream: logs,
       logLevel: 'info',
     })
+    // Installed before the test's own routes, which it leaves unchecked: they are not the product's.
+    checkRepliesAgainstDocument(app)
     await options.configure?.(app)
     await app.ready()
   } catch (error) {
@@ -114,7 +119,11 @@ export async function buildAppBeside(
 ): Promise<FastifyInstance> {
   const app = await buildApp(
     {
-      ...testConfig({ 'platform.datasource.migrate-on-start': 'false', ...config }),
+      ...testConfig({
+        'platform.datasource.migrate-on-start': 'false',
+        'platform.auth.jwt.secret': t.config.auth.jwt.secret,
+        ...config,
+      }),
       storage: t.config.storage,
     },
     {
@@ -150,12 +159,14 @@ export function useTestApp(options: TestAppOptions = {}): TestApp {
 
 type BesideOptions = Omit<TestAppOptions, 'database'>
 
-/** Registers a further test app on `t`'s database for the enclosing describe; options may wait for `t`. */
+/** Registers a further instance on `t`'s database for the enclosing describe; options may wait for `t`. */
 export function useTestAppBeside(t: TestApp, options: BesideOptions | (() => BesideOptions) = {}): TestApp {
   const holder = {} as TestApp
   beforeAll(async () => {
     const resolved = typeof options === 'function' ? options() : options
-    Object.assign(holder, await createTestApp({ ...resolved, database: t.database }))
+    // Another instance of the same deployment: it shares the secret (sealed outbox mail, tokens).
+    const config = { 'platform.auth.jwt.secret': t.config.auth.jwt.secret, ...resolved.config }
+    Object.assign(holder, await createTestApp({ ...resolved, config, database: t.database }))
   })
   afterAll(async () => {
     await holder.close?.()

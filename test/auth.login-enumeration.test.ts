@@ -1,0 +1,75 @@
+import { type KyselyPlugin, PostgresQueryCompiler } from 'kysely'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { FAST_LOGIN_CONFIG, newUser, PASSWORD } from './helpers/accounts.ts'
+import { createTestApp, type TestApp } from './helpers/app.ts'
+import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+
+// No user enumeration through login (issue 11 item 6): an unknown account, a deactivated one and a
+// known one with a wrong password run the same SQL statements and one password verification each,
+// and get the same answer. The statements are recorded by a Kysely plugin on the app's database.
+
+/** Records the SQL of every statement run through the database it is plugged into, transactions included. */
+class StatementLog implements KyselyPlugin {
+  recording: string[] | null = null
+  readonly #compiler = new PostgresQueryCompiler()
+  transformQuery: KyselyPlugin['transformQuery'] = (args) => {
+    this.recording?.push(this.#compiler.compileQuery(args.node, args.queryId).sql)
+    return args.node
+  }
+  transformResult: KyselyPlugin['transformResult'] = async (args) => args.result
+}
+
+let database: TestDatabase
+let t: TestApp
+const log = new StatementLog()
+
+beforeAll(async () => {
+  database = await createTestDatabase()
+  const db = database.handle.db.withPlugin(log)
+  t = await createTestApp({
+    database: { ...database, handle: { ...database.handle, db } },
+    config: FAST_LOGIN_CONFIG,
+  })
+})
+
+afterAll(async () => {
+  await t?.close()
+  await database?.dispose()
+})
+
+async function statementsOf(username: string, password: string) {
+  log.recording = []
+  const verify = t.app.passwords.verify.bind(t.app.passwords)
+  let verifications = 0
+  t.app.passwords.verify = async (...args) => {
+    verifications++
+    return verify(...args)
+  }
+  const res = await t.app.inject({ method: 'POST', url: '/api/auth/login', payload: { username, password } })
+  t.app.passwords.verify = verify
+  const statements = log.recording
+  log.recording = null
+  return { status: res.statusCode, body: res.json(), statements, verifications }
+}
+
+describe('login of unknown and known accounts', () => {
+  it('runs the same statements for an unknown account as for a wrong password of a known one', async () => {
+    const known = await newUser(t.app)
+    const wrong = await statementsOf(known.email, 'not the password at all')
+    const unknown = await statementsOf('nobody-here@example.com', 'not the password at all')
+    expect(wrong.status).toBe(401)
+    expect(unknown.body).toEqual(wrong.body)
+    expect(wrong.statements.length).toBeGreaterThan(0)
+    expect(unknown.statements).toEqual(wrong.statements)
+  })
+
+  it('runs the same statements for a deactivated account, and no fewer verifications', async () => {
+    const known = await newUser(t.app)
+    const deactivated = await newUser(t.app)
+    await t.app.db.updateTable('accounts').set({ active: false }).where('id', '=', deactivated.id).execute()
+    const wrong = await statementsOf(known.email, 'not the password at all')
+    const inactive = await statementsOf(deactivated.email, PASSWORD)
+    expect(inactive.body).toEqual(wrong.body)
+    expect(inactive.statements).toEqual(wrong.statements)
+  })
+})

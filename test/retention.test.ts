@@ -1,0 +1,117 @@
+import { sql } from 'kysely'
+import { describe, expect, it } from 'vitest'
+import { FAST_LOGIN_CONFIG, newUser, refresh, type Session, signIn } from './helpers/accounts.ts'
+import { useTestApp } from './helpers/app.ts'
+
+// Retention (issue 19 item 2): each table that grows with traffic declares what may go and after
+// how long (platform.retention.*), and one housekeeping worker runs the rules in small batches.
+// Each rule: what goes, and what stays.
+
+const DAY = 24 * 3600
+const t = useTestApp({ config: FAST_LOGIN_CONFIG })
+
+const count = async (table: string, where = sql`true`) => {
+  const { rows } = await sql<{
+    n: string
+  }>`select count(*) as n from ${sql.table(table)} where ${where}`.execute(t.app.db)
+  return Number(rows[0]?.n)
+}
+
+const logout = (session: Session) =>
+  t.app.inject({ method: 'POST', url: '/api/auth/logout', cookies: { refresh_token: session.refresh } })
+
+describe('retention rules', () => {
+  it('removes delivered tuple changes after the outbox window and keeps undelivered ones', async () => {
+    const delivered = await newUser(t.app)
+    await t.app.authz.outbox.runOnce()
+    t.clock.advanceSeconds(7 * DAY + 1)
+    const pending = await newUser(t.app)
+    await t.app.housekeeping.runOnce()
+    expect(await count('authz_outbox', sql`subject = ${`user:${delivered.id}`}`)).toBe(0)
+    expect(await count('authz_outbox', sql`subject = ${`user:${pending.id}`}`)).toBe(1)
+    // Delivered tuples themselves are not outbox rows: the user keeps their membership.
+    expect(
+      await t.app.authz.port.check({
+        user: `user:${delivered.id}`,
+        relation: 'member',
+        object: `organization:${delivered.organizationId}`,
+      }),
+    ).toBe(true)
+  })
+
+  it('removes sent mail after the outbox window and keeps mail still to send', async () => {
+    const user = await newUser(t.app)
+    await t.app.inject({
+      method: 'POST',
+      url: '/api/auth/password-reset/request',
+      payload: { email: user.email },
+    })
+    await t.app.background.idle()
+    await t.app.mail.worker.runOnce()
+    expect(await count('mail_outbox', sql`recipient = ${user.email} and sent_at is not null`)).toBe(1)
+    t.clock.advanceSeconds(7 * DAY - 10)
+    await t.app.housekeeping.runOnce()
+    expect(await count('mail_outbox', sql`recipient = ${user.email}`)).toBe(1)
+    t.clock.advanceSeconds(20)
+    const later = await newUser(t.app)
+    await t.app.inject({
+      method: 'POST',
+      url: '/api/auth/password-reset/request',
+      payload: { email: later.email },
+    })
+    await t.app.background.idle()
+    await t.app.housekeeping.runOnce()
+    expect(await count('mail_outbox', sql`recipient = ${user.email}`)).toBe(0)
+    expect(await count('mail_outbox', sql`recipient = ${later.email} and sent_at is null`)).toBe(1)
+  })
+
+  it('removes the expired tokens of ended sessions, and ended sessions after the audit window; live sessions keep their rotated tokens', async () => {
+    const user = await newUser(t.app)
+    const ended = await signIn(t.app, user)
+    expect((await logout(ended)).statusCode).toBe(204)
+    const live = await signIn(t.app, user)
+    const rotated = await refresh(t.app, live)
+    expect(rotated.statusCode).toBe(200)
+
+    // Past the refresh-token lifetime (30 days): the ended session's token goes, the session stays.
+    t.clock.advanceSeconds(31 * DAY)
+    await t.app.housekeeping.runOnce()
+    expect(await count('refresh_tokens', sql`session_id = ${ended.sessionId}`)).toBe(0)
+    expect(await count('sessions', sql`id = ${ended.sessionId}`)).toBe(1)
+    // The live session (absolute lifetime 90 days) keeps every token, the rotated one included.
+    expect(await count('refresh_tokens', sql`session_id = ${live.sessionId}`)).toBe(2)
+
+    // Past the audit window (90 days after it ended): the ended session goes; the live one stays.
+    t.clock.advanceSeconds(60 * DAY)
+    await t.app.housekeeping.runOnce()
+    expect(await count('sessions', sql`id = ${ended.sessionId}`)).toBe(0)
+    expect(await count('sessions', sql`id = ${live.sessionId}`)).toBe(1)
+  })
+
+  it('removes used and expired one-time tokens after their window and keeps outstanding ones', async () => {
+    const spent = await newUser(t.app)
+    await t.app.inject({
+      method: 'POST',
+      url: '/api/auth/password-reset/request',
+      payload: { email: spent.email },
+    })
+    await t.app.background.idle()
+    t.clock.advanceSeconds(3600 + 7 * DAY + 1)
+    const fresh = await newUser(t.app)
+    await t.app.inject({
+      method: 'POST',
+      url: '/api/auth/password-reset/request',
+      payload: { email: fresh.email },
+    })
+    await t.app.background.idle()
+    await t.app.housekeeping.runOnce()
+    expect(await count('one_time_tokens', sql`account_id = ${spent.id}`)).toBe(0)
+    expect(await count('one_time_tokens', sql`account_id = ${fresh.id}`)).toBe(1)
+  })
+
+  it('counts the rows each rule removed in /metrics', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/metrics' })
+    expect(res.body).toMatch(/housekeeping_rows_removed_total\{rule="sessions"\} [1-9]/)
+    expect(res.body).toMatch(/housekeeping_rows_removed_total\{rule="authz_outbox"\} [1-9]/)
+  })
+})
