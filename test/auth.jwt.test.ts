@@ -57,10 +57,13 @@ const secret = () => Buffer.from(t.config.auth.jwt.secret, 'base64')
 describe('access token verification', () => {
   const email = 'jwt.user@example.com'
   let session: Session
+  // The header the service signs with; its kid names the key, so it is known once the app is.
+  let HS256: Record<string, string> = {}
 
   beforeAll(async () => {
     await newUser(t.app, { email })
     session = await login(t.app, email)
+    HS256 = { alg: 'HS256', typ: 'JWT', kid: keyId(secret()) }
   })
 
   /** Claims the service would issue for the session now; tests change one thing at a time. */
@@ -78,12 +81,6 @@ describe('access token verification', () => {
       ...overrides,
     }
   }
-  // The header the service signs with; its kid names the key, so it is known once the app is.
-  let HS256: Record<string, string> = {}
-  beforeAll(() => {
-    HS256 = { alg: 'HS256', typ: 'JWT', kid: keyId(secret()) }
-  })
-
   it('accepts the access token set by login', async () => {
     await expectAccepted(t.app, session.accessToken)
   })

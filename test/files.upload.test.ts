@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { runWithTenant } from '../src/context.ts'
 import type { UserPrincipal } from '../src/principal.ts'
 import { sanitizeFileName } from '../src/storage/file-metadata.ts'
-import { expectProblem, newUser, signIn, UUID } from './helpers/accounts.ts'
+import { expectProblem, newUser, refresh, type Session, sessionOf, signIn, UUID } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
 import {
@@ -164,12 +164,16 @@ describe('what the store refuses', () => {
     // (signed in at that time too: a token issued later would lie in the future).
     t.clock.advanceSeconds(-75 * 60)
     let upload: Awaited<ReturnType<typeof initiated>>
+    let earlier: Session
     try {
       const { session, resourceId } = await editor()
+      earlier = session
       upload = await initiated(t.app, session, { resourceId })
     } finally {
       t.clock.advanceSeconds(75 * 60)
     }
+    // The access token of an hour ago has expired; the refresh token still names the session.
+    const session = sessionOf(await refresh(t.app, earlier))
     expect(new Date(upload.expiresAt).getTime()).toBeLessThan(Date.now())
     const res = await putBytes(upload, PDF)
     expect(res.status).toBe(403)
