@@ -23,7 +23,14 @@ export interface AccountsPluginOptions {
 
 async function accountsPlugin(app: FastifyInstance, options: AccountsPluginOptions) {
   const { db, clock, config, passwords } = app
-  const accounts = new AccountManagement({ db, clock, config, passwords, sealMail: app.mail.seal })
+  const accounts = new AccountManagement({
+    db,
+    clock,
+    config,
+    passwords,
+    tuples: app.authz.tuples,
+    sealMail: app.mail.seal,
+  })
   const box = new SecretBox(jwtSecrets(config), 'otp-secret-encryption')
   const otp = new OtpService({ db, clock, config, box })
   app.accountAuthenticator.useSecondFactor((account, otpCode) => otp.verifyAtLogin(account, otpCode))

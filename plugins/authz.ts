@@ -9,6 +9,7 @@ import { loadModel, ModelIndex } from '../src/authz/model.ts'
 import { OpenFgaAuthorization } from '../src/authz/openfga.ts'
 import { AuthzOutboxWorker } from '../src/authz/outbox-worker.ts'
 import { type AuthorizationPort, AuthorizationRequestError } from '../src/authz/port.ts'
+import { enqueueTupleChanges, type TupleRecorder } from '../src/authz/tuples.ts'
 import { ConfigError } from '../src/config.ts'
 import { AppError } from '../src/errors.ts'
 import type { Principal } from '../src/principal.ts'
@@ -17,6 +18,11 @@ export interface Authz {
   port: AuthorizationPort
   model: ModelIndex
   outbox: AuthzOutboxWorker
+  /**
+   * Records the tuple changes a unit of work causes, in its transaction: applied at once by the
+   * embedded evaluator over this database, queued in the outbox for an authorization server.
+   */
+  tuples: TupleRecorder
   /** Whether the principal has `relation` on `object` (`type:id`); 503 when it cannot be answered. */
   check(principal: Principal, relation: string, object: string): Promise<boolean>
   /** The same, as a guard: 403 ACCESS_DENIED when not allowed. */
@@ -93,6 +99,10 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
     port,
     model,
     outbox,
+    tuples: (port instanceof EmbeddedAuthorization && port.recorderFor(app.db)) || {
+      record: enqueueTupleChanges,
+      deliver: () => outbox.kick(),
+    },
     check,
     async require(principal, relation, object) {
       if (!(await check(principal, relation, object))) {

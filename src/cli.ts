@@ -195,6 +195,11 @@ function instant(value: string | boolean | undefined, name: string): Date | null
   return date
 }
 
+/** How long a command waits for its authorization changes to be delivered. */
+const AUTHZ_FLUSH_MS = 5_000
+/** Exit status when they could not be (EX_TEMPFAIL): the command's change is made but not yet in effect. */
+const EXIT_AUTHZ_PENDING = 75
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 async function readStdin(): Promise<string> {
@@ -260,7 +265,17 @@ async function main(argv: string[]) {
   try {
     await app.ready()
     const result = await command.run(app, values)
+    // Read-your-writes: tuple changes the command queued for an authorization server are delivered
+    // before it returns (the embedded evaluator applied them in the command's own transaction).
+    const { pending, lastError } = await app.authz.outbox.flush(AUTHZ_FLUSH_MS)
+    // Printed even so: it may carry a secret shown only once.
     process.stdout.write(`${JSON.stringify(result)}\n`)
+    if (pending > 0) {
+      process.stderr.write(
+        `AUTHZ_PENDING: ${pending} authorization change(s) could not be delivered (${lastError ?? 'the authorization server did not answer'}); they stay queued and a running server delivers them once the authorization server answers, until then the change is not in effect\n`,
+      )
+      process.exitCode = EXIT_AUTHZ_PENDING
+    }
   } finally {
     await app.close()
     await embeddedS3?.close()
@@ -273,5 +288,7 @@ try {
   if (error instanceof UsageError) fail('USAGE', `${error.message}\n${usage()}`)
   if (error instanceof AppError) fail(error.code, error.message)
   if (error instanceof Error && error.name === 'ConfigError') fail('CONFIGURATION_INVALID', error.message)
+  if (error instanceof Error && error.name === 'EmbeddedDatabaseBusyError')
+    fail('DATABASE_HELD', error.message)
   fail('INTERNAL_ERROR', error instanceof Error ? error.message : String(error))
 }

@@ -1,4 +1,8 @@
 // The dev launcher (`npm run dev`): the service on embedded defaults, nothing to install.
+
+import type { AddressInfo } from 'node:net'
+import { createServer } from 'node:net'
+import pinoPretty from 'pino-pretty'
 import { buildApp } from './app.ts'
 import { configFromEnv, loadConfig } from './config.ts'
 import { developmentSecret } from './dev-secret.ts'
@@ -6,11 +10,31 @@ import { ensureDemoAdmin } from './dev-seed.ts'
 import { exitOnStartupError, serve } from './lifecycle.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
 
+/** A port that is free now, for `port 0`: the public URL must name the port before the app is built. */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer()
+    probe.once('error', reject)
+    probe.listen(0, host, () => {
+      const { port } = probe.address() as AddressInfo
+      probe.close(() => resolve(port))
+    })
+  })
+}
+
+let port: number | undefined
 try {
   const source = configFromEnv(process.env)
   source['platform.profile'] ??= 'development'
   // Plain-HTTP localhost: browsers drop Secure cookies outside https in some engines.
   source['platform.auth.cookie.secure'] ??= 'false'
+  // Reachable from this machine only, unless told otherwise.
+  source['platform.server.host'] ??= '127.0.0.1'
+  port = Number(source['platform.server.port'] ?? 8080)
+  if (port === 0) port = await freePort(source['platform.server.host'])
+  source['platform.server.port'] = String(port)
+  // Links in emails, the docs' "Try it out" and the embedded store's CORS follow the bound port.
+  source['platform.web.public-url'] ??= `http://localhost:${port}`
   const dataDir = source['platform.data-dir'] ?? '.data'
   if (!source['platform.auth.jwt.secret'])
     source['platform.auth.jwt.secret'] = await developmentSecret(dataDir)
@@ -18,7 +42,12 @@ try {
   // No platform.storage.s3.endpoint: the embedded S3 server, its bucket created here (never by the service).
   const embeddedS3 = await startEmbeddedStorage(config)
   if (embeddedS3) config = loadConfig({ ...source, ...embeddedS3.configSource() })
-  const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info' })
+  // Human-readable logs here; `npm start` (production) logs JSON lines. LOG_FORMAT=json keeps JSON.
+  const logStream =
+    process.env.LOG_FORMAT === 'json'
+      ? undefined
+      : pinoPretty({ colorize: process.stdout.isTTY, translateTime: 'HH:MM:ss', ignore: 'pid,hostname' })
+  const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info', logStream })
   app.addHook('onClose', async () => embeddedS3?.close())
   await app.ready()
   const demo = await ensureDemoAdmin(app, dataDir)
@@ -37,11 +66,12 @@ try {
       `  Object storage:    ${embeddedS3 ? `embedded S3 at ${embeddedS3.endpoint}, files in ${dataDir}/s3` : config.storage.s3.endpoint} (bucket ${config.storage.s3.bucket})`,
       `  Mail:              ${config.mail.smtp.url ? 'SMTP (platform.mail.smtp.url)' : `embedded sink, .eml files in ${dataDir}/mail`}`,
       `  Demo admin:        ${demo.email} / ${demo.password ?? '(see demo-admin.json in the data directory)'}`,
-      `  Sign in:           curl -i -H 'content-type: application/json' -d '{"username":"${demo.email}","password":"…"}' ${base}/api/auth/login`,
+      `  Demo organization: ${demo.organizationId} (npm run cli -- api-key create --org ${demo.organizationId} …)`,
+      `  Sign in:           curl -i -H 'content-type: application/json' -d '${JSON.stringify({ username: demo.email, password: demo.password ?? 'PASSWORD' })}' ${base}/api/auth/login`,
       '',
       '',
     ].join('\n'),
   )
 } catch (error) {
-  exitOnStartupError(error)
+  exitOnStartupError(error, port)
 }

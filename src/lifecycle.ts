@@ -31,10 +31,19 @@ export async function serve(app: FastifyInstance): Promise<string> {
   return address
 }
 
-/** Prints a startup failure without a stack trace for configuration problems, and exits. */
-export function exitOnStartupError(error: unknown): never {
+/** Startup failures a user can fix: one line, no stack trace. */
+const EXPLAINED = new Set(['ConfigError', 'EmbeddedDatabaseBusyError'])
+
+/** Prints a startup failure (one line for what the user can fix, with the stack otherwise), and exits. */
+export function exitOnStartupError(error: unknown, port?: number): never {
   const message = error instanceof Error ? error.message : String(error)
-  const configProblem = error instanceof Error && error.name === 'ConfigError'
-  process.stderr.write(`${configProblem ? message : ((error as Error)?.stack ?? message)}\n`)
+  if ((error as NodeJS.ErrnoException)?.code === 'EADDRINUSE') {
+    process.stderr.write(
+      `Port ${port ?? ''} is already in use: stop what listens there, or pick another port, e.g. PORT=${(port ?? 8080) + 1} npm run dev (platform.server.port)\n`,
+    )
+    process.exit(1)
+  }
+  const explained = error instanceof Error && EXPLAINED.has(error.name)
+  process.stderr.write(`${explained ? message : ((error as Error)?.stack ?? message)}\n`)
   process.exit(1)
 }

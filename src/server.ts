@@ -4,9 +4,11 @@ import { configFromEnv, loadConfig } from './config.ts'
 import { exitOnStartupError, serve } from './lifecycle.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
 
+let port: number | undefined
 try {
   const source = configFromEnv(process.env)
   let config = loadConfig(source)
+  port = config.server.port
   // Outside production, no platform.storage.s3.endpoint: the embedded S3 server (decisions 3).
   const embeddedS3 = await startEmbeddedStorage(config)
   if (embeddedS3) config = loadConfig({ ...source, ...embeddedS3.configSource() })
@@ -14,5 +16,5 @@ try {
   app.addHook('onClose', async () => embeddedS3?.close())
   await serve(app)
 } catch (error) {
-  exitOnStartupError(error)
+  exitOnStartupError(error, port)
 }

@@ -2,10 +2,14 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { initializeOpenFga } from '../src/authz/init.ts'
+import { loadModel } from '../src/authz/model.ts'
 import { findOrganization } from '../src/repositories/organizations.ts'
 import { testSecret } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { FakeOpenFga } from './helpers/fake-openfga.ts'
 import { runNode } from './helpers/process.ts'
+import { closedPort } from './helpers/smtp.ts'
 
 // The CLI runs as a real process against this file's database: real PostgreSQL with
 // TEST_DATABASE_URL, otherwise an embedded PGlite directory of its own.
@@ -260,6 +264,73 @@ describe('operators see what exists (issue 12 item 7)', () => {
     expect(result.code).toBe(0)
     expect(Object.keys(JSON.parse(result.stdout).removed)).toEqual(
       expect.arrayContaining(['sessions', 'rate_limits', 'mail_outbox', 'authz_outbox']),
+    )
+  })
+})
+
+describe('read-your-writes with an authorization server (OpenFGA)', () => {
+  let fake: FakeOpenFga
+  let openfga: { storeId: string; modelId: string }
+  beforeAll(async () => {
+    fake = await FakeOpenFga.start()
+    openfga = await initializeOpenFga(fake.url, undefined, await loadModel())
+  })
+  afterAll(async () => {
+    await fake.close()
+  })
+
+  const withOpenFga = (apiUrl: string) => ({
+    ...env,
+    PLATFORM_AUTHZ_OPENFGA_API_URL: apiUrl,
+    PLATFORM_AUTHZ_OPENFGA_STORE_ID: openfga.storeId,
+    PLATFORM_AUTHZ_OPENFGA_MODEL_ID: openfga.modelId,
+  })
+
+  it('delivers the tuples a command queued before it returns', async () => {
+    const org = JSON.parse((await cli('org', 'create', '--name', 'Delivered Ltd')).stdout).organizationId
+    const args = [
+      'api-key',
+      'create',
+      '--org',
+      org,
+      '--scopes',
+      'purchase_requests:read',
+      '--description',
+      'd',
+    ]
+    const created = await runNode('src/cli.ts', args, withOpenFga(fake.url)).done
+    expect(created.stderr).toBe('')
+    expect(created.code).toBe(0)
+    const { id } = JSON.parse(created.stdout)
+    expect(fake.tuples(openfga.storeId)).toContainEqual(
+      expect.objectContaining({ user: `api_key:${id}`, relation: 'member', object: `organization:${org}` }),
+    )
+  })
+
+  it('says so and exits 75 when the authorization server does not answer, leaving the change queued', async () => {
+    const org = JSON.parse((await cli('org', 'create', '--name', 'Queued Ltd')).stdout).organizationId
+    const args = [
+      'api-key',
+      'create',
+      '--org',
+      org,
+      '--scopes',
+      'purchase_requests:read',
+      '--description',
+      'q',
+    ]
+    const created = await runNode('src/cli.ts', args, withOpenFga(`http://127.0.0.1:${await closedPort()}`))
+      .done
+    expect(created.code).toBe(75)
+    // The key itself is printed: its secret is shown only once.
+    const { id, rawKey } = JSON.parse(created.stdout)
+    expect(rawKey).toMatch(/^sk_/)
+    expect(created.stderr).toMatch(/^AUTHZ_PENDING: 1 authorization change\(s\) could not be delivered/m)
+    // Delivered once the server answers: by the next command's flush here, by a server's worker in production.
+    const later = await runNode('src/cli.ts', ['api-key', 'list', '--org', org], withOpenFga(fake.url)).done
+    expect(later.code).toBe(0)
+    expect(fake.tuples(openfga.storeId)).toContainEqual(
+      expect.objectContaining({ user: `api_key:${id}`, relation: 'member', object: `organization:${org}` }),
     )
   })
 })

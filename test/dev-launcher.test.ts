@@ -1,5 +1,5 @@
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises'
+import { networkInterfaces, tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { runNode, waitForOutput } from './helpers/process.ts'
@@ -60,3 +60,61 @@ describe('npm run dev', () => {
     expect((await readFile(secretFile, 'utf8')).trim()).toBe(secret)
   })
 })
+
+describe('the first minute of a new user', () => {
+  it('prints a sign-in line that works when pasted, follows the bound port in links and logs for humans', async () => {
+    const own = await mkdtemp(path.join(tmpdir(), 'platform-dev-first-'))
+    const dev = runNode('src/dev.ts', [], { PLATFORM_DATA_DIR: own, PORT: '0', LOG_LEVEL: 'info' })
+    try {
+      const banner = await waitForOutput(dev.child, /Sign in: .*\n/)
+      // The printed curl line carries the real password: pasted, it signs in.
+      const [, body, url] = /-d '(\{.*\})' (http:\/\/localhost:\d+\/api\/auth\/login)/.exec(banner) ?? []
+      const login = await fetch(url as string, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: body as string,
+      })
+      expect(login.status).toBe(200)
+      const base = new URL(url as string).origin
+
+      // Port 0 became a real port before the app was built: email links name it.
+      const reset = await fetch(`${base}/api/auth/password-reset/request`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ email: 'admin@demo.local' }),
+      })
+      expect(reset.status).toBe(202)
+      const mail = await waitForMail(path.join(own, 'mail'))
+      expect(mail).toContain(`${base}/reset-password?token=`)
+
+      // Bound to loopback only.
+      const outside = Object.values(networkInterfaces())
+        .flat()
+        .find((a) => a && a.family === 'IPv4' && !a.internal)
+      if (outside) {
+        const port = new URL(base).port
+        await expect(fetch(`http://${outside.address}:${port}/health/live`)).rejects.toThrow()
+      }
+    } finally {
+      dev.child.kill('SIGTERM')
+      await dev.done
+      await rm(own, { recursive: true, force: true })
+    }
+    const { stdout } = await dev.done
+    // Human-readable lines, not JSON.
+    expect(stdout).toMatch(/\[\d\d:\d\d:\d\d\] INFO: Server listening at http:\/\/127\.0\.0\.1:\d+/)
+    expect(stdout).not.toContain('{"level":30')
+  })
+})
+
+/** The first .eml file the embedded sink writes into `directory`. */
+async function waitForMail(directory: string): Promise<string> {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const files = await readdir(directory).catch(() => [] as string[])
+    const eml = files.find((f) => f.endsWith('.eml'))
+    // Quoted-printable soft line breaks undone, so a link reads whole.
+    if (eml) return (await readFile(path.join(directory, eml), 'utf8')).replace(/=\r?\n/g, '')
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error(`no mail in ${directory}`)
+}

@@ -69,11 +69,8 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const service = new PurchaseRequests({
     db: app.db,
     clock: app.clock,
-    permissions: {
-      check: app.authz.check,
-      require: app.authz.require,
-      deliverQueued: () => app.authz.outbox.kick(),
-    },
+    permissions: { check: app.authz.check, require: app.authz.require },
+    tuples: app.authz.tuples,
     files: app.files,
     frontendUrl: app.config.web.frontendUrl,
   })

@@ -19,6 +19,7 @@ import {
   type ListObjectsRequest,
   type TupleKey,
 } from './port.ts'
+import { enqueueTupleChanges, type TupleRecorder } from './tuples.ts'
 
 // The embedded authorization evaluator (decisions 3): OpenFGA's check semantics for a schema 1.1
 // model, over the tuples in `authz_tuples`. What it evaluates: direct relations restricted to the
@@ -495,6 +496,26 @@ export class EmbeddedAuthorization implements AuthorizationPort {
         await insertTuples(trx, toWrite)
       })
     })
+  }
+
+  /**
+   * Records tuple changes inside the caller's transaction on `db`, in their order, when this
+   * evaluator reads that same database (see TupleRecorder); null for another database.
+   */
+  recorderFor(db: Kysely<Database>): TupleRecorder | null {
+    if (db !== this.#db) return null
+    const model = this.#model
+    return {
+      async record(trx, changes, now) {
+        for (const change of changes) {
+          const key = { user: change.subject, relation: change.relation, object: change.object }
+          if (change.operation === 'write') await insertTuples(trx, [writableTuple(model, key)])
+          else await deleteTuples(trx, [tupleRow(key)])
+        }
+        await enqueueTupleChanges(trx, changes, now, true)
+      },
+      deliver: async () => {},
+    }
   }
 
   /**

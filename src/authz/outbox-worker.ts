@@ -9,6 +9,7 @@ const LEASE_MS = 30_000
 const BATCH = 50
 const MAX_BACKOFF_MS = 5 * 60_000
 const POLL_MS = 1_000
+const FLUSH_RETRY_MS = 250
 
 export interface AuthzOutboxWorkerDeps {
   db: Kysely<Database>
@@ -195,9 +196,33 @@ export class AuthzOutboxWorker {
     }
   }
 
+  /** Delivers what is queued at once (what a previous process left), then polls. */
   start(): void {
-    this.#timer ??= setInterval(() => void this.kick(), POLL_MS)
+    if (this.#timer) return
+    void this.kick()
+    this.#timer = setInterval(() => void this.kick(), POLL_MS)
     this.#timer.unref()
+  }
+
+  /**
+   * Delivers until nothing is queued or `withinMs` has passed (another instance may hold the lease
+   * for a moment, and a failed delivery waits for its backoff); resolves to what is still queued,
+   * with the last delivery error, so a caller such as the CLI can say that its changes are not
+   * visible yet.
+   */
+  async flush(withinMs: number): Promise<{ pending: number; lastError: string | null }> {
+    const deadline = Date.now() + withinMs
+    for (;;) {
+      await this.runOnce()
+      const row = await this.#deps.db
+        .selectFrom('authz_outbox')
+        .select((eb) => [eb.fn.countAll<string>().as('n'), eb.fn.max('last_error').as('lastError')])
+        .where('processed_at', 'is', null)
+        .executeTakeFirstOrThrow()
+      const pending = Number(row.n)
+      if (pending === 0 || Date.now() >= deadline) return { pending, lastError: row.lastError ?? null }
+      await new Promise((resolve) => setTimeout(resolve, FLUSH_RETRY_MS))
+    }
   }
 
   async stop(): Promise<void> {

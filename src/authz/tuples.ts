@@ -11,10 +11,41 @@ export interface TupleChange {
   object: string
 }
 
-export async function enqueueTupleChanges(trx: Tx, changes: TupleChange[], now: Date): Promise<void> {
+/**
+ * Appends tuple changes to the outbox, the ordered log of every change: queued for delivery, or
+ * with `applied`, recorded as already delivered (by the embedded evaluator, in this transaction).
+ */
+export async function enqueueTupleChanges(
+  trx: Tx,
+  changes: TupleChange[],
+  now: Date,
+  applied = false,
+): Promise<void> {
   if (changes.length === 0) return
   await trx
     .insertInto('authz_outbox')
-    .values(changes.map((c) => ({ ...c, created_at: now, next_attempt_at: now })))
+    .values(
+      changes.map((c) => ({
+        ...c,
+        created_at: now,
+        next_attempt_at: now,
+        processed_at: applied ? now : null,
+      })),
+    )
     .execute()
+}
+
+/**
+ * Where a unit of work records the tuple changes it causes, inside its own transaction. For an
+ * authorization server elsewhere that is the outbox (delivered after commit, in order); the embedded
+ * evaluator keeps its tuples in the same database, so it applies them in that transaction and a
+ * change is visible to checks the moment it commits.
+ */
+export interface TupleRecorder {
+  record(trx: Tx, changes: TupleChange[], now: Date): Promise<void>
+  /**
+   * After commit: makes what was recorded visible to checks now (best effort; what fails stays
+   * queued for the worker), so a creator can read what they created. Nothing to do when applied.
+   */
+  deliver(): Promise<void>
 }

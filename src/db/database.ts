@@ -1,9 +1,12 @@
 import { mkdir } from 'node:fs/promises'
+import path from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
-import { Kysely, PostgresDialect, type TransactionBuilder } from 'kysely'
+import { Kysely, PostgresDialect, sql, type TransactionBuilder } from 'kysely'
 import pg from 'pg'
 import { type Config, ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
+import { EmbeddedDatabaseBusyError, holderAddress, serveHeld, tryLock, unlock } from './embedded-holder.ts'
+import { FifoLock } from './fifo-lock.ts'
 import { listenPostgres } from './notifications.ts'
 import { PGliteDialect } from './pglite-dialect.ts'
 import type { Database, Tx } from './schema.ts'
@@ -77,12 +80,44 @@ export function openPostgres(url: string, options: PostgresOptions = {}): Databa
   }
 }
 
-/** Embedded PostgreSQL (PGlite): in memory without a directory, persisted under it otherwise. */
-export async function openPGlite(directory?: string): Promise<DatabaseHandle> {
-  if (directory) await mkdir(directory, { recursive: true })
+/**
+ * Embedded PostgreSQL (PGlite): in memory without a directory, persisted under it otherwise. A
+ * directory is opened by one process only (src/db/embedded-holder.ts): the first takes its lock and
+ * serves it on a loopback PostgreSQL socket; any other process gets a connection to that socket.
+ */
+export async function openPGlite(directory?: string, options: PostgresOptions = {}): Promise<DatabaseHandle> {
+  if (!directory) return openOwnPGlite()
+  await mkdir(path.dirname(directory), { recursive: true })
+  if (!(await tryLock(directory))) {
+    const { port, pid } = await holderAddress(directory)
+    const handle = openPostgres(`postgres://postgres@127.0.0.1:${port}/postgres`, { ...options, poolSize: 2 })
+    try {
+      await sql`select 1`.execute(handle.db)
+    } catch (error) {
+      await handle.close().catch(() => undefined)
+      throw new EmbeddedDatabaseBusyError(
+        `The embedded database in ${directory} is held by process ${pid}, which does not answer on 127.0.0.1:${port} (${(error as Error).message}). ` +
+          `Stop that process and run the command again, or set platform.datasource.url to use PostgreSQL; ` +
+          `if no such process runs, delete ${directory}.lock.`,
+      )
+    }
+    return handle
+  }
+  try {
+    await mkdir(directory, { recursive: true })
+    return await openOwnPGlite(directory)
+  } catch (error) {
+    await unlock(directory)
+    throw error
+  }
+}
+
+async function openOwnPGlite(directory?: string): Promise<DatabaseHandle> {
   const pglite = new PGlite({ dataDir: directory, parsers: { [INT8_OID]: (value: string) => value } })
   await pglite.waitReady
-  const db = new Kysely<Database>({ dialect: new PGliteDialect(pglite) })
+  const lock = new FifoLock()
+  const db = new Kysely<Database>({ dialect: new PGliteDialect(pglite, lock) })
+  const served = directory ? await serveHeld(directory, pglite, lock) : undefined
   return {
     db,
     kind: 'pglite',
@@ -96,7 +131,11 @@ export async function openPGlite(directory?: string): Promise<DatabaseHandle> {
         if (!pglite.closed) await db.connection().execute(() => unlisten())
       }
     },
-    close: () => db.destroy(),
+    close: async () => {
+      await served?.close()
+      await db.destroy()
+      if (directory) await unlock(directory)
+    },
   }
 }
 
@@ -107,7 +146,7 @@ export async function openDatabase(config: Config, options: PostgresOptions = {}
   if (config.profile === 'production') {
     throw new ConfigError('platform.datasource.url', 'is required under the production profile')
   }
-  return openPGlite(`${config.dataDir}/pglite`)
+  return openPGlite(`${config.dataDir}/pglite`, options)
 }
 
 /** Attempts of a unit of work that keeps failing with a serialization failure or a deadlock. */

@@ -11,6 +11,7 @@ import {
   type QueryResult,
   type TransactionSettings,
 } from 'kysely'
+import { FifoLock } from './fifo-lock.ts'
 
 // A Kysely dialect over PGlite. PGlite is one connection, so the driver hands it out to one
 // holder at a time (a FIFO queue): a transaction then owns it until commit or rollback, exactly
@@ -41,11 +42,12 @@ class PGliteConnection implements DatabaseConnection {
 class PGliteDriver implements Driver {
   readonly #pg: PGlite
   readonly #connection: PGliteConnection
-  #tail: Promise<void> = Promise.resolve()
+  readonly #lock: FifoLock
   #release: (() => void) | undefined
 
-  constructor(pg: PGlite) {
+  constructor(pg: PGlite, lock: FifoLock) {
     this.#pg = pg
+    this.#lock = lock
     this.#connection = new PGliteConnection(pg)
   }
 
@@ -54,13 +56,7 @@ class PGliteDriver implements Driver {
   }
 
   async acquireConnection(): Promise<DatabaseConnection> {
-    const previous = this.#tail
-    let release: () => void = () => {}
-    this.#tail = new Promise<void>((resolve) => {
-      release = resolve
-    })
-    await previous
-    this.#release = release
+    this.#release = await this.#lock.acquire()
     return this.#connection
   }
 
@@ -97,7 +93,7 @@ class PGliteDriver implements Driver {
   }
 
   async destroy(): Promise<void> {
-    await this.#tail
+    await this.#lock.drained()
     if (!this.#pg.closed) await this.#pg.close()
   }
 }
@@ -106,14 +102,17 @@ const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`
 
 export class PGliteDialect implements Dialect {
   readonly #pg: PGlite
-  constructor(pg: PGlite) {
+  readonly #lock: FifoLock
+  /** `lock` is the database's one connection; share it with anything else that runs statements on `pg`. */
+  constructor(pg: PGlite, lock: FifoLock = new FifoLock()) {
     this.#pg = pg
+    this.#lock = lock
   }
   createAdapter() {
     return new PostgresAdapter()
   }
   createDriver(): Driver {
-    return new PGliteDriver(this.#pg)
+    return new PGliteDriver(this.#pg, this.#lock)
   }
   // biome-ignore lint/suspicious/noExplicitAny: Kysely's dialect interface is typed over any database
   createIntrospector(db: Kysely<any>) {

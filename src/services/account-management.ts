@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely'
-import { enqueueTupleChanges } from '../authz/tuples.ts'
+import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import { inTransaction } from '../db/database.ts'
@@ -41,6 +41,7 @@ export interface AccountManagementDeps {
   clock: Clock
   config: Config
   passwords: PasswordHasher
+  tuples: TupleRecorder
   /** Seals the link of a one-time token for the mail outbox, so no raw token is ever at rest. */
   sealMail: (data: Record<string, unknown>) => SealedMailData
 }
@@ -144,7 +145,7 @@ export class AccountManagement implements PasswordResetHandler {
           role: input.role,
           active: false,
         })
-        await enqueueTupleChanges(trx, [roleTuple('write', account)], now)
+        await this.#deps.tuples.record(trx, [roleTuple('write', account)], now)
         await this.#sendToken(trx, account, 'INVITATION', now)
         return { userId: account.id }
       })
@@ -188,7 +189,7 @@ export class AccountManagement implements PasswordResetHandler {
       await retireOneTimeTokens(trx, userId, now)
       await revokeSessions(trx, { userId }, now, 'deactivated')
       await incrementSessionVersion(trx, userId)
-      await enqueueTupleChanges(trx, [roleTuple('delete', target)], now)
+      await this.#deps.tuples.record(trx, [roleTuple('delete', target)], now)
       return { userId, active: false }
     })
   }
@@ -208,7 +209,7 @@ export class AccountManagement implements PasswordResetHandler {
         .set({ active, deactivated_at: null, updated_at: now })
         .where('id', '=', userId)
         .execute()
-      await enqueueTupleChanges(trx, [roleTuple('write', target)], now)
+      await this.#deps.tuples.record(trx, [roleTuple('write', target)], now)
       return { userId, active }
     })
   }

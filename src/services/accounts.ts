@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely'
-import { enqueueTupleChanges } from '../authz/tuples.ts'
+import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import { inTransaction } from '../db/database.ts'
@@ -59,7 +59,7 @@ export interface NewAccount {
 /** Creates an active account with a password (operations CLI, demo seed). */
 export async function createAccount(
   db: Kysely<Database>,
-  deps: { config: Config; passwords: PasswordHasher; clock: Clock },
+  deps: { config: Config; passwords: PasswordHasher; clock: Clock; authz: { tuples: TupleRecorder } },
   input: NewAccount,
 ): Promise<AccountRow> {
   const email = normalizeEmail(input.email)
@@ -77,7 +77,7 @@ export async function createAccount(
         role: input.role,
         active: true,
       })
-      await enqueueTupleChanges(trx, [roleTuple('write', account)], deps.clock.now())
+      await deps.authz.tuples.record(trx, [roleTuple('write', account)], deps.clock.now())
       return account
     })
   } catch (error) {

@@ -1,7 +1,7 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { LRUCache } from 'lru-cache'
-import { enqueueTupleChanges } from '../authz/tuples.ts'
+import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import { inTransaction } from '../db/database.ts'
@@ -64,6 +64,7 @@ interface Deps {
   clock: Clock
   config: Config
   tokens: AccessTokens
+  tuples: TupleRecorder
 }
 
 /** Service accounts (spec 2.7, 5.3): client credentials for backends, no organization. */
@@ -199,7 +200,7 @@ export class ApiKeys {
         now,
       })
       const tuples = ApiKeys.tuples({ id: inserted.id, organizationId: input.organizationId, scopes })
-      await enqueueTupleChanges(
+      await this.#deps.tuples.record(
         trx,
         tuples.map((t) => ({ operation: 'write', ...t })),
         now,
@@ -217,7 +218,7 @@ export class ApiKeys {
       // Revoking again is idempotent: same answer, and the tuple deletes are not queued twice.
       if (!revoked) return findApiKey(trx, id)
       const tuples = ApiKeys.tuples({ id, organizationId: revoked.organization_id, scopes: revoked.scopes })
-      await enqueueTupleChanges(
+      await this.#deps.tuples.record(
         trx,
         tuples.map((t) => ({ operation: 'delete', ...t })),
         now,

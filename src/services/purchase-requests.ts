@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
-import { enqueueTupleChanges } from '../authz/tuples.ts'
+import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import { requireTenant } from '../context.ts'
 import { inTransaction } from '../db/database.ts'
@@ -38,8 +38,6 @@ import {
 export interface PermissionGate {
   check(principal: Principal, relation: string, object: string): Promise<boolean>
   require(principal: Principal, relation: string, object: string): Promise<void>
-  /** Delivers queued tuple changes now (best effort), so a creator can read what they created. */
-  deliverQueued(): Promise<void>
 }
 
 /** What the service needs from the file feature: listing a resource's files, storing generated ones. */
@@ -49,6 +47,7 @@ export interface PurchaseRequestDeps {
   db: Kysely<Database>
   clock: Clock
   permissions: PermissionGate
+  tuples: TupleRecorder
   files: AttachmentStore
   /** Base of the link to the request in the approval email (`platform.web.frontend-url`). */
   frontendUrl: string
@@ -103,7 +102,7 @@ export class PurchaseRequests {
         now,
       })
       // Without this tuple not even the creator could read the request (spec 2.12).
-      await enqueueTupleChanges(
+      await this.#deps.tuples.record(
         trx,
         [
           {
@@ -117,7 +116,7 @@ export class PurchaseRequests {
       )
       return row
     })
-    await permissions.deliverQueued()
+    await this.#deps.tuples.deliver()
     return created
   }
 
