@@ -5,6 +5,7 @@ import { createServer } from 'node:net'
 import pinoPretty from 'pino-pretty'
 import { buildApp } from './app.ts'
 import { configFromEnv, loadConfig } from './config.ts'
+import { holderAddress } from './db/embedded-holder.ts'
 import { developmentSecret } from './dev-secret.ts'
 import { ensureDemoAdmin } from './dev-seed.ts'
 import { exitOnStartupError, serve } from './lifecycle.ts'
@@ -55,7 +56,7 @@ try {
   const base = `http://localhost:${address.port}`
   const database = config.datasource.url
     ? 'PostgreSQL (platform.datasource.url)'
-    : `embedded PGlite in ${dataDir}/pglite`
+    : `embedded PGlite in ${dataDir}/pglite, served to the CLI and psql at postgres://postgres@127.0.0.1:${(await holderAddress(`${dataDir}/pglite`, 0)).port}/postgres`
   process.stdout.write(
     [
       '',
