@@ -1,7 +1,9 @@
 import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
+import { acquireLease } from '../src/repositories/worker-leases.ts'
 import { FAST_LOGIN_CONFIG, newUser, refresh, type Session, signIn } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
+import { queueTupleChanges } from './helpers/authz.ts'
 
 // Retention (issue 19 item 2): each table that grows with traffic declares what may go and after
 // how long (platform.retention.*), and one housekeeping worker runs the rules in small batches.
@@ -25,10 +27,21 @@ describe('retention rules', () => {
     const delivered = await newUser(t.app)
     await t.app.authz.outbox.runOnce()
     t.clock.advanceSeconds(7 * DAY + 1)
-    const pending = await newUser(t.app)
+    // Queued for an authorization server that has not taken it yet (the embedded evaluator applies
+    // changes at once, so the outbox of this app only holds delivered ones otherwise).
+    const pending = {
+      operation: 'write' as const,
+      subject: 'user:pending',
+      relation: 'member',
+      object: 'organization:o',
+    }
+    await queueTupleChanges(t.app, [pending])
+    await sql`update authz_outbox set created_at = created_at - interval '30 days' where subject = 'user:pending'`.execute(
+      t.app.db,
+    )
     await t.app.housekeeping.runOnce()
     expect(await count('authz_outbox', sql`subject = ${`user:${delivered.id}`}`)).toBe(0)
-    expect(await count('authz_outbox', sql`subject = ${`user:${pending.id}`}`)).toBe(1)
+    expect(await count('authz_outbox', sql`subject = 'user:pending'`)).toBe(1)
     // Delivered tuples themselves are not outbox rows: the user keeps their membership.
     expect(
       await t.app.authz.port.check({
@@ -107,6 +120,23 @@ describe('retention rules', () => {
     await t.app.housekeeping.runOnce()
     expect(await count('one_time_tokens', sql`account_id = ${spent.id}`)).toBe(0)
     expect(await count('one_time_tokens', sql`account_id = ${fresh.id}`)).toBe(1)
+  })
+
+  it('runs on one instance at a time, through the housekeeping lease', async () => {
+    const user = await newUser(t.app)
+    await logout(await signIn(t.app, user))
+    t.clock.advanceSeconds(91 * DAY)
+    const now = t.clock.now()
+    // Another instance is running the rules.
+    expect(
+      await acquireLease(t.app.db, 'housekeeping', 'other-instance', now, new Date(now.getTime() + 60_000)),
+    ).toBe(true)
+    expect(await t.app.housekeeping.runOnce()).toEqual({})
+    expect(await count('sessions', sql`user_id = ${user.id}`)).toBe(1)
+    // Its lease runs out (it died): this instance takes over.
+    t.clock.advanceSeconds(61)
+    expect((await t.app.housekeeping.runOnce()).sessions).toBeGreaterThanOrEqual(1)
+    expect(await count('sessions', sql`user_id = ${user.id}`)).toBe(0)
   })
 
   it('counts the rows each rule removed in /metrics', async () => {

@@ -1,7 +1,9 @@
+import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
 import type { Database } from '../db/schema.ts'
+import { acquireLease, releaseLease } from '../repositories/worker-leases.ts'
 
 /**
  * One retention rule: removes at most one small batch of rows that may go at `now` and returns how
@@ -24,11 +26,19 @@ export interface HousekeepingDeps {
 const INTERVAL_MS = 60_000
 /** Batches per rule and run: a backlog drains over several runs instead of one long sweep. */
 const MAX_BATCHES = 20
+/** The pause before the next run while a rule still has a backlog (it hit MAX_BATCHES). */
+const BACKLOG_INTERVAL_MS = 1_000
+/** One instance at a time runs the rules; a run renews the lease before each rule. */
+const LEASE = 'housekeeping'
+const LEASE_MS = 5 * 60_000
 
 /** Runs the retention rules periodically (and on demand), each in small batches. */
 export class Housekeeping {
   readonly #deps: HousekeepingDeps
+  readonly #holder = randomUUID()
   #timer: NodeJS.Timeout | undefined
+  #stopped = true
+  #backlog = false
   #running: Promise<Record<string, number>> | undefined
 
   constructor(deps: HousekeepingDeps) {
@@ -50,30 +60,68 @@ export class Housekeeping {
   async #run(): Promise<Record<string, number>> {
     const { db, clock, log, rules } = this.#deps
     const removed: Record<string, number> = {}
-    for (const rule of rules) {
-      let total = 0
-      try {
-        for (let batch = 0; batch < MAX_BATCHES; batch++) {
-          const count = await rule.sweep(db, clock.now())
-          total += count
-          if (count === 0) break
-        }
-      } catch (error) {
-        log.warn({ err: error, rule: rule.name }, 'housekeeping rule failed')
+    const lease = () => {
+      const now = clock.now()
+      return acquireLease(db, LEASE, this.#holder, now, new Date(now.getTime() + LEASE_MS))
+    }
+    this.#backlog = false
+    try {
+      for (const rule of rules) {
+        // Another instance runs the rules now (or took over a run that outlived its lease).
+        if (!(await lease())) break
+        removed[rule.name] = await this.#sweep(rule)
       }
-      removed[rule.name] = total
-      if (total > 0) this.#deps.onRemoved?.(rule.name, total)
+    } finally {
+      await releaseLease(db, LEASE, this.#holder).catch((error: unknown) =>
+        log.warn({ err: error }, 'housekeeping lease release failed'),
+      )
     }
     return removed
   }
 
+  async #sweep(rule: RetentionRule): Promise<number> {
+    const { db, clock, log } = this.#deps
+    let total = 0
+    try {
+      for (let batch = 0; ; batch++) {
+        if (batch === MAX_BATCHES) {
+          this.#backlog = true
+          break
+        }
+        const count = await rule.sweep(db, clock.now())
+        total += count
+        if (count === 0) break
+      }
+    } catch (error) {
+      log.warn({ err: error, rule: rule.name }, 'housekeeping rule failed')
+    }
+    if (total > 0) this.#deps.onRemoved?.(rule.name, total)
+    return total
+  }
+
+  /**
+   * Runs every minute, and again after a second while a rule still has a backlog, so deletes keep
+   * pace with traffic in small batches instead of one long sweep.
+   */
   start(): void {
-    this.#timer ??= setInterval(() => void this.runOnce(), INTERVAL_MS)
-    this.#timer.unref()
+    if (!this.#stopped) return
+    this.#stopped = false
+    const next = (delay: number) => {
+      if (this.#stopped) return
+      this.#timer = setTimeout(() => {
+        this.runOnce().then(
+          () => next(this.#backlog ? BACKLOG_INTERVAL_MS : INTERVAL_MS),
+          () => next(INTERVAL_MS),
+        )
+      }, delay)
+      this.#timer.unref()
+    }
+    next(INTERVAL_MS)
   }
 
   async stop(): Promise<void> {
-    clearInterval(this.#timer)
+    this.#stopped = true
+    clearTimeout(this.#timer)
     this.#timer = undefined
     await this.#running?.catch(() => undefined)
   }
