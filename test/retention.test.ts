@@ -139,6 +139,25 @@ describe('retention rules', () => {
     expect(await count('sessions', sql`user_id = ${user.id}`)).toBe(0)
   })
 
+  it('has the queue tables vacuumed after a fixed number of dead rows, not a share of the table (the decay)', async () => {
+    const { rows } = await sql<{ relname: string; reloptions: string[] | null }>`
+      select relname, reloptions from pg_class
+      where relname in ('authz_outbox', 'mail_outbox', 'worker_leases', 'rate_limits') order by relname`.execute(
+      t.app.db,
+    )
+    expect(rows.map((r) => r.relname)).toEqual([
+      'authz_outbox',
+      'mail_outbox',
+      'rate_limits',
+      'worker_leases',
+    ])
+    for (const row of rows) {
+      expect(row.reloptions).toEqual(
+        expect.arrayContaining(['autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=1000']),
+      )
+    }
+  })
+
   it('counts the rows each rule removed in /metrics', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/metrics' })
     expect(res.body).toMatch(/housekeeping_rows_removed_total\{rule="sessions"\} [1-9]/)
