@@ -41,7 +41,7 @@ async function metricsPlugin(app: FastifyInstance) {
 
   app.decorate('metrics', registry)
 
-  app.addHook('onResponse', async (request, reply) => {
+  app.addHook('onResponse', (request, reply, done) => {
     duration.observe(
       {
         method: request.method,
@@ -50,6 +50,7 @@ async function metricsPlugin(app: FastifyInstance) {
       },
       reply.elapsedTime / 1000,
     )
+    done()
   })
 
   // Metrics tell an attacker a lot (routes, rates, pool sizes): with `platform.metrics.bearer-token`

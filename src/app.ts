@@ -3,7 +3,7 @@ import type { Writable } from 'node:stream'
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
-import helmet from '@fastify/helmet'
+import helmet from 'helmet'
 import Fastify, { type FastifyInstance, LogController } from 'fastify'
 import pino from 'pino'
 import accountsPlugin from '../plugins/accounts.ts'
@@ -118,7 +118,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       const incoming = request.headers['x-request-id']
       return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID()
     },
-    logController: new LogController({ requestIdLogLabel: 'requestId' }),
+    logController: new LogController({ requestIdLogLabel: 'requestId', disableRequestLogging: true }),
     trustProxy: trustProxy(config.server.trustProxy),
     bodyLimit: 1024 * 1024,
     connectionTimeout: 60_000,
@@ -132,8 +132,14 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     clientErrorHandler: clientError,
   })
 
-  app.addHook('onRequest', async (request, reply) => {
+  app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id)
+    done()
+  })
+  // One access-log line per request, when it is answered (Fastify's own logging writes two).
+  app.addHook('onResponse', (request, reply, done) => {
+    request.log.info({ req: request, res: reply, responseTime: reply.elapsedTime }, 'request completed')
+    done()
   })
   // While closing, responses to in-flight requests end their keep-alive connection, so the
   // server can finish draining instead of waiting for clients to hang up.
@@ -141,8 +147,9 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   app.addHook('preClose', async () => {
     closing = true
   })
-  app.addHook('onSend', async (_request, reply) => {
+  app.addHook('onSend', (_request, reply, payload, done) => {
     if (closing) reply.header('connection', 'close')
+    done(null, payload)
   })
   // Only JSON bodies are accepted: a cross-site form or text/plain "simple request" cannot reach
   // a state-changing route (spec 5.1 rule 4 relies on this instead of CSRF tokens).
@@ -159,7 +166,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   // Security headers on every response. The API answers JSON only, so its policy allows nothing to
   // load and no page to frame it; Swagger UI sets its own policy for its pages (plugins/docs.ts).
   // HSTS only where cookies are Secure, i.e. the deployment is served over HTTPS.
-  await app.register(helmet, {
+  // One helmet middleware built at start-up (a per-request build re-parses the policy each time).
+  const securityHeaders = helmet({
     contentSecurityPolicy: {
       useDefaults: false,
       directives: {
@@ -171,7 +179,10 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     },
     frameguard: { action: 'deny' },
     referrerPolicy: { policy: 'no-referrer' },
-    hsts: config.auth.cookie.secure ? { maxAge: 31_536_000, includeSubDomains: true } : false,
+    strictTransportSecurity: config.auth.cookie.secure ? { maxAge: 31_536_000, includeSubDomains: true } : false,
+  })
+  app.addHook('onRequest', (request, reply, done) => {
+    securityHeaders(request.raw, reply.raw, (error?: unknown) => done(error as Error | undefined))
   })
   await app.register(cookie)
   if (config.web.cors.allowedOrigins.length > 0) {

@@ -7,12 +7,17 @@ export interface Scenario {
   path: string
   method?: Options['method']
   expectStatus: number
+  /** The floor this scenario is a ratio of (issue 15), and the ratio it should reach. */
+  floor?: 'A' | 'B'
+  goal?: number
   /** Preparation against the running service (log in, seed), run before each autocannon run. */
   prepare?: (baseUrl: string, seed: Seed) => Promise<Partial<Options> & { path?: string }>
 }
 
 /** What `npm run bench` created through the CLI before starting the service. */
 export interface Seed {
+  /** The service's address (floors log in there, then call the floor server). */
+  appUrl: string
   apiKey: string
   clientId: string
   clientSecret: string
@@ -72,6 +77,20 @@ function setCookieFrom(headers: unknown): string[] {
 // The scenarios of `npm run bench`. Features add theirs here.
 export const scenarios: Scenario[] = [
   { name: 'bare Fastify route', target: 'bare', path: '/bare', expectStatus: 200 },
+  {
+    name: 'floor A: Fastify + cookie + cached fast-jwt verify, no DB',
+    target: 'bare',
+    path: '/floor/jwt',
+    expectStatus: 200,
+    prepare: async (_baseUrl, seed) => ({ headers: { cookie: await userCookie(seed.appUrl) } }),
+  },
+  {
+    name: 'floor B: floor A + one primary-key read (Kysely, pg)',
+    target: 'bare',
+    path: '/floor/pk',
+    expectStatus: 200,
+    prepare: async (_baseUrl, seed) => ({ headers: { cookie: await userCookie(seed.appUrl) } }),
+  },
   { name: 'GET /health/live', target: 'app', path: '/health/live', expectStatus: 200 },
   {
     name: '401 on a protected route (no credentials)',
@@ -80,7 +99,18 @@ export const scenarios: Scenario[] = [
     expectStatus: 401,
   },
   {
-    name: 'authenticated request (cookie → principal → 200)',
+    name: 'authenticated request needing no DB (404 of an unknown purchase-request sub-resource)',
+    floor: 'A',
+    goal: 0.8,
+    target: 'app',
+    path: '/api/purchase-requests/00000000-0000-4000-8000-000000000000/nothing-here',
+    expectStatus: 404,
+    prepare: async (baseUrl) => ({ headers: { cookie: await userCookie(baseUrl) } }),
+  },
+  {
+    name: 'GET /api/auth/sessions (cookie → principal → one read)',
+    floor: 'B',
+    goal: 0.8,
     target: 'app',
     path: '/api/auth/sessions',
     expectStatus: 200,
@@ -112,6 +142,8 @@ export const scenarios: Scenario[] = [
   },
   {
     name: 'POST /api/authz/check, allowed (user → member → owner organization), embedded evaluator',
+    floor: 'B',
+    goal: 0.6,
     target: 'app',
     path: '/api/authz/check',
     method: 'POST',
@@ -138,7 +170,21 @@ export const scenarios: Scenario[] = [
     },
   },
   {
+    name: 'X-Api-Key on a read route: GET /api/purchase-requests/{id}',
+    floor: 'B',
+    goal: 0.6,
+    target: 'app',
+    path: '/api/purchase-requests/{id}',
+    expectStatus: 200,
+    prepare: async (_baseUrl, seed) => ({
+      path: `/api/purchase-requests/${seed.readablePurchaseRequest}`,
+      headers: { 'x-api-key': seed.apiKey },
+    }),
+  },
+  {
     name: 'POST /api/purchase-requests (create + ownership tuple)',
+    floor: 'B',
+    goal: 0.3,
     target: 'app',
     path: '/api/purchase-requests',
     method: 'POST',
@@ -150,6 +196,8 @@ export const scenarios: Scenario[] = [
   },
   {
     name: 'GET /api/purchase-requests/{id} (can_view)',
+    floor: 'B',
+    goal: 0.5,
     target: 'app',
     path: '/api/purchase-requests/{id}',
     expectStatus: 200,
@@ -160,6 +208,8 @@ export const scenarios: Scenario[] = [
   },
   {
     name: 'GET /api/purchase-requests, first page (20)',
+    floor: 'B',
+    goal: 0.5,
     target: 'app',
     path: '/api/purchase-requests',
     expectStatus: 200,
@@ -167,6 +217,8 @@ export const scenarios: Scenario[] = [
   },
   {
     name: 'GET /api/purchase-requests, page 90% deep (keyset)',
+    floor: 'B',
+    goal: 0.5,
     target: 'app',
     path: '/api/purchase-requests',
     expectStatus: 200,
@@ -261,6 +313,8 @@ export const scenarios: Scenario[] = [
     // Refresh tokens are single use: every request takes an unused token from a pool and its
     // response puts the successor back (autocannon resets per-request context, so the pool is shared).
     name: 'POST /api/auth/refresh (rotation)',
+    floor: 'B',
+    goal: 0.5,
     target: 'app',
     path: '/api/auth/refresh',
     method: 'POST',
