@@ -3,8 +3,8 @@ import type { Writable } from 'node:stream'
 import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
-import helmet from 'helmet'
 import Fastify, { type FastifyInstance, LogController } from 'fastify'
+import helmet from 'helmet'
 import pino from 'pino'
 import accountsPlugin from '../plugins/accounts.ts'
 import authPlugin from '../plugins/auth.ts'
@@ -179,7 +179,9 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     },
     frameguard: { action: 'deny' },
     referrerPolicy: { policy: 'no-referrer' },
-    strictTransportSecurity: config.auth.cookie.secure ? { maxAge: 31_536_000, includeSubDomains: true } : false,
+    strictTransportSecurity: config.auth.cookie.secure
+      ? { maxAge: 31_536_000, includeSubDomains: true }
+      : false,
   })
   app.addHook('onRequest', (request, reply, done) => {
     securityHeaders(request.raw, reply.raw, (error?: unknown) => done(error as Error | undefined))

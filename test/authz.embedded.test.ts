@@ -64,11 +64,12 @@ type document
 function countingQueries() {
   const counter = { queries: 0 }
   const plugin: KyselyPlugin = {
+    // Results, not query nodes: a union's parts pass through transformQuery one by one.
     transformQuery(args) {
-      counter.queries++
       return args.node
     },
     async transformResult(args) {
+      counter.queries++
       return args.result
     },
   }
@@ -253,7 +254,7 @@ describe('embedded authorization evaluator', () => {
   })
 
   describe('queries', () => {
-    it('makes one query per lookup in a check', async () => {
+    it('makes one query per round of lookups in a check, union branches together', async () => {
       const model = await readFile(MODEL_FILE, 'utf8')
       await embedded(model).write(
         [
@@ -264,13 +265,12 @@ describe('embedded authorization evaluator', () => {
       )
       const { db: counted, counter } = countingQueries()
       const port = embedded(model, counted)
-      // owner_organization of pr-1; member of acme.
+      // owner_organization of pr-1; then member and admin of acme together (the union's branches).
       expect(await port.check(tuple('user:mia', 'can_view', 'purchase_request:pr-1'))).toBe(true)
       expect(counter.queries).toBe(2)
-      // ... and admin of acme, for someone who is no member.
       counter.queries = 0
       expect(await port.check(tuple('user:gus', 'can_view', 'purchase_request:pr-1'))).toBe(false)
-      expect(counter.queries).toBe(3)
+      expect(counter.queries).toBe(2)
     })
 
     it('merges the lookups of the checks of a batch', async () => {
@@ -292,8 +292,8 @@ describe('embedded authorization evaluator', () => {
       expect(
         await port.listObjects({ user: 'user:ada', relation: 'can_view', type: 'purchase_request' }),
       ).toHaveLength(200)
-      // The walk from ada (2 levels), then owner_organization, member and admin for all 200 at once.
-      expect(counter.queries).toBe(5)
+      // The walk from ada (2 levels), then owner_organization, then member and admin for all 200 at once.
+      expect(counter.queries).toBe(4)
     })
   })
 

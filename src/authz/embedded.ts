@@ -3,9 +3,8 @@ import { inTransaction } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import {
   deleteTuples,
-  findDirectSubjects,
-  findObjectSubjects,
   findObjectsNamingSubjects,
+  findTuplesForLookups,
   insertTuples,
   type SubjectRow,
   type TupleRow,
@@ -176,6 +175,20 @@ function describeTypes(types: RelationReference[]): string {
 
 const isDepthExceeded = (error: unknown) => error instanceof ResolutionDepthExceededError
 
+/**
+ * The branches of a rewrite, evaluated together so that their lookups share a round trip; each gets
+ * its own copy of the resolution path (they are separate descents, not one).
+ */
+function together(
+  branches: Array<(path: Map<string, number>) => Promise<Outcome>>,
+  path: Map<string, number>,
+): Array<() => Promise<Outcome>> {
+  const started = branches.map((branch) => branch(new Map(path)))
+  // Settled here so that a branch failing before the others are awaited is not an unhandled rejection.
+  for (const promise of started) promise.catch(() => undefined)
+  return started.map((promise) => () => promise)
+}
+
 /** Union: allowed as soon as one branch allows; a depth error only counts when nothing allows. */
 async function anyOf(branches: Array<() => Promise<Outcome>>): Promise<Outcome> {
   let cycleAt = Number.POSITIVE_INFINITY
@@ -282,26 +295,24 @@ class TupleLoader {
   async #flush(): Promise<void> {
     const queued = [...this.#queued.values()]
     this.#queued = new Map()
-    await Promise.all(
-      queued.map(async ({ lookup, waiting }) => {
-        try {
-          const objectIds = [...waiting.keys()]
-          const rows =
-            lookup.kind === 'direct'
-              ? await findDirectSubjects(this.#db, { ...lookup, objectIds })
-              : await findObjectSubjects(this.#db, { ...lookup, objectIds })
-          const byObject = new Map<string, SubjectRow[]>()
-          for (const row of rows) {
-            const list = byObject.get(row.object_id)
-            if (list) list.push(row)
-            else byObject.set(row.object_id, [row])
-          }
-          for (const [objectId, pending] of waiting) pending.resolve(byObject.get(objectId) ?? [])
-        } catch (error) {
-          for (const pending of waiting.values()) pending.reject(error)
-        }
-      }),
-    )
+    try {
+      const rows = await findTuplesForLookups(
+        this.#db,
+        queued.map(({ lookup, waiting }) => ({ ...lookup, objectIds: [...waiting.keys()] })),
+      )
+      const byLookup = queued.map(() => new Map<string, SubjectRow[]>())
+      for (const row of rows) {
+        const byObject = byLookup[row.lookup] as Map<string, SubjectRow[]>
+        const list = byObject.get(row.object_id)
+        if (list) list.push(row)
+        else byObject.set(row.object_id, [row])
+      }
+      queued.forEach(({ waiting }, index) => {
+        for (const [objectId, pending] of waiting) pending.resolve(byLookup[index]?.get(objectId) ?? [])
+      })
+    } catch (error) {
+      for (const { waiting } of queued) for (const pending of waiting.values()) pending.reject(error)
+    }
   }
 }
 
@@ -363,19 +374,15 @@ class Resolution {
       const { tupleset, computedUserset } = rewrite.tupleToUserset
       return this.#fromParents(object, tupleset.relation, computedUserset.relation, path)
     }
-    if ('union' in rewrite) {
-      return anyOf(rewrite.union.child.map((child) => () => this.#rewrite(object, relation, child, path)))
-    }
-    if ('intersection' in rewrite) {
-      return allOf(
-        rewrite.intersection.child.map((child) => () => this.#rewrite(object, relation, child, path)),
-      )
-    }
-    const { base, subtract } = rewrite.difference
-    return butNot(
-      () => this.#rewrite(object, relation, base, path),
-      () => this.#rewrite(object, relation, subtract, path),
+    const branch = (child: Userset) => (own: Map<string, number>) =>
+      this.#rewrite(object, relation, child, own)
+    if ('union' in rewrite) return anyOf(together(rewrite.union.child.map(branch), path))
+    if ('intersection' in rewrite) return allOf(together(rewrite.intersection.child.map(branch), path))
+    const [base, subtract] = together(
+      [branch(rewrite.difference.base), branch(rewrite.difference.subtract)],
+      path,
     )
+    return butNot(base as () => Promise<Outcome>, subtract as () => Promise<Outcome>)
   }
 
   /** What to ask of object#relation's direct tuples for this user; null when nothing can match. */

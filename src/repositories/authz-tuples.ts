@@ -52,54 +52,65 @@ export async function deleteTuples(db: Executor, tuples: readonly TupleRow[]): P
   `.execute(db)
 }
 
-/**
- * The direct subjects of `objectType:<id>#relation` for each id that matter to one user: the tuples
- * naming the user (`subject`: its type, its id and/or '*', its userset relation or ''), and, when
- * `usersets` is set, every userset tuple (which the caller follows). One query, two index scans.
- */
-export function findDirectSubjects(
-  db: Executor,
-  query: {
-    objectType: string
-    relation: string
-    objectIds: readonly string[]
-    subject: { type: string; ids: readonly string[]; relation: string } | null
-    usersets: boolean
-  },
-): Promise<SubjectRow[]> {
-  const tuplesOf = () =>
-    db
-      .selectFrom('authz_tuples')
-      .select(['object_id', 'subject_type', 'subject_id', 'subject_relation'])
-      .where('object_type', '=', query.objectType)
-      .where('object_id', '=', anyOf(query.objectIds))
-      .where('relation', '=', query.relation)
-  const { subject } = query
-  const naming = subject
-    ? tuplesOf()
-        .where('subject_type', '=', subject.type)
-        .where('subject_id', '=', anyOf(subject.ids))
-        .where('subject_relation', '=', subject.relation)
-    : undefined
-  const usersets = query.usersets ? tuplesOf().where('subject_relation', '<>', '') : undefined
-  if (naming && usersets) return naming.unionAll(usersets).execute()
-  const only = naming ?? usersets
-  return only ? only.execute() : Promise.resolve([])
+export interface DirectSubjectsQuery {
+  kind: 'direct'
+  objectType: string
+  relation: string
+  objectIds: readonly string[]
+  subject: { type: string; ids: readonly string[]; relation: string } | null
+  usersets: boolean
 }
 
-/** The object subjects (no usersets) of `objectType:<id>#relation` for each id: a tuple-to-userset's parents. */
-export function findObjectSubjects(
+export interface ObjectSubjectsQuery {
+  kind: 'parents'
+  objectType: string
+  relation: string
+  objectIds: readonly string[]
+}
+
+export type TupleLookup = DirectSubjectsQuery | ObjectSubjectsQuery
+
+/**
+ * The tuples several lookups ask for, in one statement, each row tagged with the index of the
+ * lookup it answers:
+ * - `direct`: the direct subjects of `objectType:<id>#relation` for each id that matter to one
+ *   user: the tuples naming the user (`subject`: its type, its id and/or '*', its userset relation
+ *   or ''), and, when `usersets` is set, every userset tuple (which the caller follows);
+ * - `parents`: the object subjects (no usersets) of `objectType:<id>#relation` for each id, a
+ *   tuple-to-userset's parents.
+ * Each part is an index scan; a round of a check's lookups costs one round trip.
+ */
+export async function findTuplesForLookups(
   db: Executor,
-  query: { objectType: string; relation: string; objectIds: readonly string[] },
-): Promise<SubjectRow[]> {
-  return db
-    .selectFrom('authz_tuples')
-    .select(['object_id', 'subject_type', 'subject_id', 'subject_relation'])
-    .where('object_type', '=', query.objectType)
-    .where('object_id', '=', anyOf(query.objectIds))
-    .where('relation', '=', query.relation)
-    .where('subject_relation', '=', '')
-    .execute()
+  lookups: readonly TupleLookup[],
+): Promise<Array<SubjectRow & { lookup: number }>> {
+  const parts = lookups.flatMap((lookup, index) => {
+    const tuplesOf = () =>
+      db
+        .selectFrom('authz_tuples')
+        .select(['object_id', 'subject_type', 'subject_id', 'subject_relation'])
+        .select(sql.lit(index).as('lookup'))
+        .where('object_type', '=', lookup.objectType)
+        .where('object_id', '=', anyOf(lookup.objectIds))
+        .where('relation', '=', lookup.relation)
+    if (lookup.kind === 'parents') return [tuplesOf().where('subject_relation', '=', '')]
+    const { subject } = lookup
+    return [
+      ...(subject
+        ? [
+            tuplesOf()
+              .where('subject_type', '=', subject.type)
+              .where('subject_id', '=', anyOf(subject.ids))
+              .where('subject_relation', '=', subject.relation),
+          ]
+        : []),
+      ...(lookup.usersets ? [tuplesOf().where('subject_relation', '<>', '')] : []),
+    ]
+  })
+  const [first, ...rest] = parts
+  if (!first) return []
+  const rows = await rest.reduce((query, part) => query.unionAll(part), first).execute()
+  return rows.map((row) => ({ ...row, lookup: Number(row.lookup) }))
 }
 
 /** The objects (of `objectTypes`) that name one of the subjects `subjectType:<id>` (as object or userset) in a tuple. */
