@@ -1,4 +1,4 @@
-import type { Selectable } from 'kysely'
+import { type Selectable, sql } from 'kysely'
 import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../db/schema.ts'
 
 export type SessionRow = Selectable<SessionTable>
@@ -46,24 +46,33 @@ export async function insertRefreshToken(
 }
 
 /**
- * Marks an active refresh token rotated, atomically: of any number of concurrent callers with the
- * same token, exactly one gets the row back (the row lock serialises them and the others no
- * longer match `rotated_at is null`).
+ * The rotation of a refresh token in one statement: claims the token if it is active and its
+ * session is live, inserts its successor (expiring at `now + ttlSeconds`, never after the session)
+ * and touches the session. Of any number of concurrent callers with one token exactly one gets the
+ * session back: the row lock serialises them and the others no longer match `rotated_at is null`.
+ * Nothing changes when the token or its session cannot be used (no row comes back).
  */
-export function claimRefreshToken(
-  db: Tx,
-  tokenHash: string,
-  now: Date,
-): Promise<RefreshTokenRow | undefined> {
-  return db
-    .updateTable('refresh_tokens')
-    .set({ rotated_at: now })
-    .where('token_hash', '=', tokenHash)
-    .where('rotated_at', 'is', null)
-    .where('revoked_at', 'is', null)
-    .where('expires_at', '>', now)
-    .returningAll()
-    .executeTakeFirst()
+export async function rotateRefreshToken(
+  db: Executor,
+  rotation: { tokenHash: string; nextHash: string; now: Date; ttlSeconds: number },
+): Promise<(SessionRow & { refresh_expires_at: Date }) | undefined> {
+  const { tokenHash, nextHash, now, ttlSeconds } = rotation
+  const { rows } = await sql<SessionRow & { refresh_expires_at: Date }>`
+    with claimed as (
+      update refresh_tokens t set rotated_at = ${now}
+      from sessions s
+      where t.token_hash = ${tokenHash} and t.rotated_at is null and t.revoked_at is null
+        and t.expires_at > ${now} and s.id = t.session_id and s.revoked_at is null and s.expires_at > ${now}
+      returning s.*, least(${now}::timestamptz + make_interval(secs => ${ttlSeconds}), s.expires_at) as refresh_expires_at
+    ), successor as (
+      insert into refresh_tokens (session_id, token_hash, created_at, expires_at)
+      select id, ${nextHash}, ${now}, refresh_expires_at from claimed
+      returning session_id
+    ), touched as (
+      update sessions set last_used_at = ${now} where id in (select session_id from successor)
+    )
+    select * from claimed`.execute(db)
+  return rows[0]
 }
 
 export function findRefreshToken(db: Executor, tokenHash: string): Promise<RefreshTokenRow | undefined> {
@@ -72,10 +81,6 @@ export function findRefreshToken(db: Executor, tokenHash: string): Promise<Refre
 
 export function findSession(db: Executor, id: string): Promise<SessionRow | undefined> {
   return db.selectFrom('sessions').selectAll().where('id', '=', id).executeTakeFirst()
-}
-
-export async function touchSession(db: Tx, id: string, now: Date): Promise<void> {
-  await db.updateTable('sessions').set({ last_used_at: now }).where('id', '=', id).execute()
 }
 
 /** Revokes sessions (and all their refresh tokens) that are still active; returns their ids. */

@@ -6,15 +6,14 @@ import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import type { EventBus } from '../events.ts'
 import {
-  claimRefreshToken,
   findRefreshToken,
   findSession,
   insertRefreshToken,
   insertSession,
   listActiveSessions,
   revokeSessions,
+  rotateRefreshToken,
   type SessionRow,
-  touchSession,
 } from '../repositories/sessions.ts'
 import type { SessionVersionProvider } from './session-version.ts'
 import { type AccessTokens, type IssuedToken, newOpaqueToken, sha256 } from './tokens.ts'
@@ -132,21 +131,16 @@ export class SessionService {
     const now = clock.now()
     const tokenHash = sha256(rawToken)
     const next = newOpaqueToken()
+    // One statement: claim, successor and touch commit together or not at all.
     const rotated = await unavailableOnFailure(() =>
-      inTransaction(db, async (trx) => {
-        const claimed = await claimRefreshToken(trx, tokenHash, now)
-        if (!claimed) return null
-        const session = await findSession(trx, claimed.session_id)
-        if (!session || session.revoked_at !== null || session.expires_at <= now) {
-          throw new AppError('REFRESH_TOKEN_INVALID', 'The session has ended')
-        }
-        const expiresAt = this.#refreshExpiry(now, session.expires_at)
-        await insertRefreshToken(trx, { sessionId: session.id, tokenHash: next.hash, now, expiresAt })
-        await touchSession(trx, session.id, now)
-        return { session, expiresAt }
+      rotateRefreshToken(db, {
+        tokenHash,
+        nextHash: next.hash,
+        now,
+        ttlSeconds: this.#deps.config.auth.refreshToken.ttl,
       }),
     )
-    if (rotated) return this.#issued(rotated.session, next.raw, rotated.expiresAt)
+    if (rotated) return this.#issued(rotated, next.raw, rotated.refresh_expires_at)
     return this.#rejectUnclaimed(tokenHash, now)
   }
 
