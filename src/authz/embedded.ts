@@ -6,6 +6,7 @@ import {
   findObjectsNamingSubjects,
   findTuplesForLookups,
   insertTuples,
+  type LookupRow,
   type SubjectRow,
   type TupleRow,
 } from '../repositories/authz-tuples.ts'
@@ -252,7 +253,18 @@ interface DirectLookup {
   usersets: boolean
 }
 
-type Lookup = DirectLookup | { kind: 'parents'; objectType: string; relation: string }
+type Lookup =
+  | DirectLookup
+  | {
+      kind: 'parents'
+      objectType: string
+      relation: string
+      prefetchFor?: { type: string; ids: string[]; relation: string }
+    }
+
+/** The key of the tuples naming one user (`type:id#relation`) on one object (`type:id`). */
+const prefetchKey = (object: string, user: { type: string; id: string; relation: string }) =>
+  `${object} ${user.type}:${user.id}#${user.relation}`
 
 interface QueuedLookup {
   lookup: Lookup
@@ -266,6 +278,8 @@ interface QueuedLookup {
 class TupleLoader {
   readonly #db: Kysely<Database>
   readonly #loaded = new Map<string, Promise<SubjectRow[]>>()
+  /** By parent object and user (prefetchKey): every tuple on it naming the user, whatever the relation. */
+  readonly #prefetched = new Map<string, Array<SubjectRow & { relation: string }>>()
   #queued = new Map<string, QueuedLookup>()
 
   constructor(db: Kysely<Database>) {
@@ -277,6 +291,11 @@ class TupleLoader {
     const key = `${lookupKey} ${objectId}`
     const loaded = this.#loaded.get(key)
     if (loaded) return loaded
+    const prefetched = this.#fromPrefetched(lookup, objectId)
+    if (prefetched) {
+      this.#loaded.set(key, prefetched)
+      return prefetched
+    }
     if (this.#queued.size === 0) {
       // After the microtasks already queued have run: the other checks of this round queue theirs.
       void Promise.resolve().then(() => process.nextTick(() => void this.#flush()))
@@ -292,6 +311,29 @@ class TupleLoader {
     return pending.promise
   }
 
+  /**
+   * A direct lookup that only asks for the user's own tuples (no usersets to follow) on an object
+   * whose tuples naming the user were fetched with its parent: answered without a query.
+   */
+  #fromPrefetched(lookup: Lookup, objectId: string): Promise<SubjectRow[]> | undefined {
+    if (lookup.kind !== 'direct' || lookup.usersets || !lookup.subject) return undefined
+    const subject = lookup.subject
+    // The user's own id comes first when the relation admits it; a wildcard-only lookup is asked.
+    const userId = subject.ids[0]
+    if (userId === undefined || userId === '*') return undefined
+    const found = this.#prefetched.get(
+      prefetchKey(`${lookup.objectType}:${objectId}`, {
+        type: subject.type,
+        id: userId,
+        relation: subject.relation,
+      }),
+    )
+    if (!found) return undefined
+    return Promise.resolve(
+      found.filter((row) => row.relation === lookup.relation && subject.ids.includes(row.subject_id)),
+    )
+  }
+
   async #flush(): Promise<void> {
     const queued = [...this.#queued.values()]
     this.#queued = new Map()
@@ -300,8 +342,26 @@ class TupleLoader {
         this.#db,
         queued.map(({ lookup, waiting }) => ({ ...lookup, objectIds: [...waiting.keys()] })),
       )
+      // Parents first (each known, if only to have no tuple naming the user), then what names the user.
+      const userOf = (row: LookupRow) => {
+        const { lookup } = queued[row.lookup] as QueuedLookup
+        const user = lookup.kind === 'parents' ? lookup.prefetchFor : undefined
+        return user ? { type: user.type, id: user.ids[0] as string, relation: user.relation } : undefined
+      }
+      for (const row of rows) {
+        const user = userOf(row)
+        if (!user || row.prefetched_type !== null) continue
+        const key = prefetchKey(`${row.subject_type}:${row.subject_id}`, user)
+        if (!this.#prefetched.has(key)) this.#prefetched.set(key, [])
+      }
       const byLookup = queued.map(() => new Map<string, SubjectRow[]>())
       for (const row of rows) {
+        if (row.prefetched_type !== null) {
+          const user = userOf(row)
+          const key = user && prefetchKey(`${row.prefetched_type}:${row.object_id}`, user)
+          if (key) this.#prefetched.get(key)?.push({ ...row, relation: row.prefetched_relation as string })
+          continue
+        }
         const byObject = byLookup[row.lookup] as Map<string, SubjectRow[]>
         const list = byObject.get(row.object_id)
         if (list) list.push(row)
@@ -436,8 +496,19 @@ class Resolution {
     relation: string,
     path: Map<string, number>,
   ): Promise<Outcome> {
+    const user = this.#user
     const rows = await this.#loader.load(
-      { kind: 'parents', objectType: object.type, relation: tupleset },
+      {
+        kind: 'parents',
+        objectType: object.type,
+        relation: tupleset,
+        // The next step asks the parents' relations of this user: fetched in the same statement.
+        prefetchFor: {
+          type: user.type,
+          ids: user.relation || user.id === '*' ? [user.id] : [user.id, '*'],
+          relation: user.relation,
+        },
+      },
       object.id,
     )
     const types = this.#model.directlyRelated(object.type, tupleset)

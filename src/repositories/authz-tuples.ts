@@ -66,6 +66,19 @@ export interface ObjectSubjectsQuery {
   objectType: string
   relation: string
   objectIds: readonly string[]
+  /**
+   * Also fetch, in the same statement, every tuple on the parents that names this subject (any
+   * relation; its forms: its id and/or '*', its userset relation or ''), answering the direct
+   * lookups the walk makes next on those parents.
+   */
+  prefetchFor?: { type: string; ids: readonly string[]; relation: string }
+}
+
+/** A row of a lookup; rows prefetched on a parent carry the parent's type and the tuple's relation. */
+export interface LookupRow extends SubjectRow {
+  lookup: number
+  prefetched_type: string | null
+  prefetched_relation: string | null
 }
 
 export type TupleLookup = DirectSubjectsQuery | ObjectSubjectsQuery
@@ -83,17 +96,44 @@ export type TupleLookup = DirectSubjectsQuery | ObjectSubjectsQuery
 export async function findTuplesForLookups(
   db: Executor,
   lookups: readonly TupleLookup[],
-): Promise<Array<SubjectRow & { lookup: number }>> {
+): Promise<LookupRow[]> {
   const parts = lookups.flatMap((lookup, index) => {
     const tuplesOf = () =>
       db
         .selectFrom('authz_tuples')
         .select(['object_id', 'subject_type', 'subject_id', 'subject_relation'])
-        .select(sql.lit(index).as('lookup'))
+        .select([
+          sql.lit(index).as('lookup'),
+          sql<string | null>`null::text`.as('prefetched_type'),
+          sql<string | null>`null::text`.as('prefetched_relation'),
+        ])
         .where('object_type', '=', lookup.objectType)
         .where('object_id', '=', anyOf(lookup.objectIds))
         .where('relation', '=', lookup.relation)
-    if (lookup.kind === 'parents') return [tuplesOf().where('subject_relation', '=', '')]
+    if (lookup.kind === 'parents') {
+      const parents = tuplesOf().where('subject_relation', '=', '')
+      const subject = lookup.prefetchFor
+      if (!subject) return [parents]
+      const onParents = db
+        .selectFrom('authz_tuples as p')
+        .innerJoin('authz_tuples as m', (join) =>
+          join.onRef('m.object_type', '=', 'p.subject_type').onRef('m.object_id', '=', 'p.subject_id'),
+        )
+        .select(['m.object_id', 'm.subject_type', 'm.subject_id', 'm.subject_relation'])
+        .select([
+          sql.lit(index).as('lookup'),
+          sql<string | null>`m.object_type`.as('prefetched_type'),
+          sql<string | null>`m.relation`.as('prefetched_relation'),
+        ])
+        .where('p.object_type', '=', lookup.objectType)
+        .where('p.object_id', '=', anyOf(lookup.objectIds))
+        .where('p.relation', '=', lookup.relation)
+        .where('p.subject_relation', '=', '')
+        .where('m.subject_type', '=', subject.type)
+        .where('m.subject_id', '=', anyOf(subject.ids))
+        .where('m.subject_relation', '=', subject.relation)
+      return [parents, onParents]
+    }
     const { subject } = lookup
     return [
       ...(subject
@@ -107,9 +147,11 @@ export async function findTuplesForLookups(
       ...(lookup.usersets ? [tuplesOf().where('subject_relation', '<>', '')] : []),
     ]
   })
-  const [first, ...rest] = parts
-  if (!first) return []
-  const rows = await rest.reduce((query, part) => query.unionAll(part), first).execute()
+  if (parts.length === 0) return []
+  const { rows } = await sql<LookupRow>`${sql.join(
+    parts.map((part) => sql`(${part})`),
+    sql` union all `,
+  )}`.execute(db)
   return rows.map((row) => ({ ...row, lookup: Number(row.lookup) }))
 }
 
