@@ -163,6 +163,12 @@ export function sendProblem(reply: FastifyReply, rendered: Rendered) {
     .send(body)
 }
 
+const CREATED_LOCATION = {
+  type: 'string',
+  format: 'uri-reference',
+  description: 'The path of the created resource',
+}
+
 async function errorsPlugin(app: FastifyInstance) {
   app.addSchema(Problem)
 
@@ -170,7 +176,7 @@ async function errorsPlugin(app: FastifyInstance) {
   // here from the route itself (as its `security` is from its config), so no route author has to
   // remember them: 400 (a malformed path or input), 414 (a path segment over the router's limit),
   // 500; for methods that carry a body, 413 and 415; for a protected route, 401 and 403 (the guard); for /api routes,
-  // which all reach the database, 503.
+  // which all reach the database, 503. A 201 documents its Location header.
   app.addHook('onRoute', (route) => {
     const schema = route.schema
     if (!schema || (schema as { hide?: boolean }).hide) return
@@ -180,7 +186,20 @@ async function errorsPlugin(app: FastifyInstance) {
     if (methods.some((method) => ['POST', 'PUT', 'PATCH'].includes(method))) statuses.push(413, 415)
     if (!config.public) statuses.push(401, 403)
     if (route.url.startsWith('/api/')) statuses.push(503)
-    schema.response = { ...problemResponses(...statuses), ...(schema.response as object | undefined) }
+    const response: Record<string, unknown> = {
+      ...problemResponses(...statuses),
+      ...(schema.response as object | undefined),
+    }
+    // A 201 names what it created (decisions 7): the document says so for every one.
+    const created = response['201'] as Record<string, unknown> | undefined
+    if (created && !('content' in created)) {
+      response['201'] = {
+        description: (created.description as string | undefined) ?? 'Created',
+        headers: { Location: CREATED_LOCATION },
+        content: { 'application/json': { schema: created } },
+      }
+    }
+    schema.response = response
   })
 
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {

@@ -1,6 +1,6 @@
 // Decorates `app.housekeeping`: the retention rules of the tables that grow with traffic, run by
 // one periodic worker in small batches (and on demand by the CLI and tests), with a metric of the
-// rows each rule removed; needs db and metrics.
+// rows each rule removed; needs db, metrics and storage (unconfirmed uploads' objects).
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { Counter } from 'prom-client'
@@ -30,7 +30,7 @@ async function housekeepingPlugin(app: FastifyInstance, options: HousekeepingPlu
     db: app.db,
     clock: app.clock,
     log: app.log,
-    rules: retentionRules(app.config),
+    rules: retentionRules(app.config, { store: app.storage }),
   })
   app.decorate('housekeeping', housekeeping)
   if (options.start ?? true) app.addHook('onReady', async () => housekeeping.start())
@@ -40,5 +40,5 @@ async function housekeepingPlugin(app: FastifyInstance, options: HousekeepingPlu
 export default fp(housekeepingPlugin, {
   name: 'housekeeping',
   fastify: '5.x',
-  dependencies: ['config', 'db'],
+  dependencies: ['config', 'db', 'storage'],
 })

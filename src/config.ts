@@ -132,6 +132,8 @@ export const ConfigSchema = Type.Object({
     sessions: Duration('90d'),
     /** Used or expired invitation and reset tokens. */
     oneTimeTokens: Duration('7d'),
+    /** Files never confirmed (or refused as too large), counted from their upload address's expiry. */
+    pendingUploads: Duration('1d'),
   }),
 })
 

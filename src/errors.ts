@@ -8,6 +8,7 @@ export const ErrorCatalogue = {
   MALFORMED_JSON: { status: 400, title: 'Malformed JSON body' },
   INVALID_TOKEN: { status: 400, title: 'Invalid or expired token' },
   WEAK_PASSWORD: { status: 400, title: 'Password does not meet the policy' },
+  UNSUPPORTED_CONTENT_TYPE: { status: 400, title: 'Content type not accepted for this resource' },
   AUTHENTICATION_REQUIRED: { status: 401, title: 'Authentication required' },
   INVALID_CREDENTIALS: { status: 401, title: 'Invalid credentials' },
   ACCOUNT_LOCKED: { status: 401, title: 'Account locked' },

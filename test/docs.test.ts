@@ -84,6 +84,34 @@ describe('OpenAPI document and interactive docs', () => {
     expect(missing).toEqual([])
   })
 
+  it('documents the Location header of every 201 (decisions 7), with its body under application/json', async () => {
+    const current = await createTestAppForTest()
+    const document = (await current.app.inject({ method: 'GET', url: '/v3/api-docs' })).json()
+    const created: string[] = []
+    type Created = {
+      headers?: { Location?: { schema?: unknown } }
+      content?: Record<string, { schema?: unknown }>
+    }
+    for (const [path, item] of Object.entries<Record<string, { responses: Record<string, Created> }>>(
+      document.paths,
+    )) {
+      for (const [method, operation] of Object.entries(item)) {
+        const response = operation.responses['201']
+        if (!response) continue
+        created.push(`${method.toUpperCase()} ${path}`)
+        expect(response.headers?.Location?.schema, path).toMatchObject({ type: 'string' })
+        expect(response.content?.['application/json']?.schema, path).toBeDefined()
+      }
+    }
+    expect(created).toEqual(
+      expect.arrayContaining([
+        'POST /api/purchase-requests',
+        'POST /api/purchase-requests/{id}/report',
+        'POST /api/storage/files',
+      ]),
+    )
+  })
+
   it.each([
     [
       'the production profile',

@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { runWithTenant } from '../src/context.ts'
 import type { UserPrincipal } from '../src/principal.ts'
+import { stagingKey } from '../src/services/files.ts'
 import { sanitizeFileName } from '../src/storage/file-metadata.ts'
-import { expectProblem, newUser, refresh, type Session, sessionOf, signIn, UUID } from './helpers/accounts.ts'
+import { asUser, expectProblem, newUser, refresh, type Session, sessionOf, signIn, UUID } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
 import {
@@ -51,6 +52,9 @@ describe('the upload sequence (spec 4.3)', () => {
       uploadHeaders: { 'Content-Type': 'application/pdf' },
     })
     expect((await fileRow(upload.fileId)).status).toBe('PENDING')
+    expect(res.headers.location).toBe(`/api/storage/files/${upload.fileId}`)
+    const pending = await asUser(t.app, session, { method: 'GET', url: String(res.headers.location) })
+    expect(pending.json()).toMatchObject({ id: upload.fileId, status: 'PENDING', sizeBytes: null })
 
     const put = await putBytes(upload, PDF)
     expect(put.status).toBe(200)
@@ -70,6 +74,8 @@ describe('the upload sequence (spec 4.3)', () => {
       createdAt: expect.any(String),
       confirmedAt: t.clock.now().toISOString(),
     })
+    const record = await asUser(t.app, session, { method: 'GET', url: String(res.headers.location) })
+    expect(record.json()).toEqual(confirmed.json())
     expect((await fileRow(upload.fileId)).object_key).toBe(
       `org/${organizationId}/purchase_request/${resourceId}/${upload.fileId}`,
     )
@@ -193,7 +199,8 @@ describe('what a client cannot steer', () => {
     })
     const row = await fileRow(upload.fileId)
     expect(row.object_key).toBe(`org/${organizationId}/purchase_request/${resourceId}/${upload.fileId}`)
-    expect(new URL(upload.uploadUrl).pathname).toBe(`/${t.s3.bucket}/${row.object_key}`)
+    // The upload address names the staging key; only a confirm copies the bytes to the file's key.
+    expect(new URL(upload.uploadUrl).pathname).toBe(`/${t.s3.bucket}/uploads/${row.object_key}`)
     expect(row.original_file_name).toBe('passwd')
 
     const nasty = 'C:\\Users\\eve\\in"voice"\u0000\r\nX-Injected: 1\u202egpj.exe'
@@ -248,6 +255,18 @@ describe('what a client cannot steer', () => {
     expect((await putBytes(upload, 'grüße')).status).toBe(200)
     const record = (await confirm(t.app, session, upload.fileId)).json()
     expect(record).toMatchObject({ contentType: 'text/plain; charset=utf-8', sizeBytes: 7 })
+  })
+
+  it('answers 400 UNSUPPORTED_CONTENT_TYPE to a media type the resource type does not accept, and records nothing', async () => {
+    const { session, resourceId } = await editor()
+    for (const contentType of ['text/html', 'application/x-msdownload', 'image/svg+xml']) {
+      const res = await initiate(t.app, session, { resourceId, fileName: 'page.html', contentType })
+      expectProblem(res, 400, 'UNSUPPORTED_CONTENT_TYPE')
+      expect(res.json().errors).toEqual([{ path: 'body.contentType', message: expect.any(String) }])
+    }
+    expect(
+      await t.app.db.selectFrom('files').select('id').where('resource_id', '=', resourceId).execute(),
+    ).toEqual([])
   })
 
   it('answers 400 to an unregistered resource type and to a resource id that is not a UUID', async () => {
@@ -409,10 +428,31 @@ describe('over the size limit (platform.storage.max-file-size=10)', () => {
       .executeTakeFirstOrThrow()
     expect(row).toMatchObject({ status: 'REJECTED', size_bytes: '11', confirmed_at: null })
     expect(await small.app.storage.head(row.object_key)).toBeNull()
+    expect(await small.app.storage.head(stagingKey(row.object_key))).toBeNull()
     // Final: the retry gets the same answer, and the file is neither listed nor downloadable.
     expectProblem(await confirm(small.app, session, upload.fileId), 413, 'PAYLOAD_TOO_LARGE')
     expect((await listFiles(small.app, session, resourceId)).json()).toEqual({ items: [] })
     expectProblem(await downloadUrl(small.app, session, upload.fileId), 404, 'NOT_FOUND')
+  })
+
+  it('keeps a confirmed file as confirmed when the upload address is used again before it expires', async () => {
+    const { session, resourceId } = await smallEditor()
+    const upload = await initiated(small.app, session, { resourceId, contentType: 'text/plain' })
+    expect((await putBytes(upload, 'confirmed!')).status).toBe(200)
+    const first = await confirm(small.app, session, upload.fileId)
+    expect(first.json()).toMatchObject({ status: 'CONFIRMED', sizeBytes: 10 })
+    // The address is still valid: the store takes the new bytes, but they land on the staging key.
+    expect((await putBytes(upload, 'a much larger replacement, over the limit')).status).toBe(200)
+    const again = await confirm(small.app, session, upload.fileId)
+    expect(again.json()).toEqual(first.json())
+    const download = await fetch((await downloadUrl(small.app, session, upload.fileId)).json().downloadUrl)
+    expect(await download.text()).toBe('confirmed!')
+    const row = await small.app.db
+      .selectFrom('files')
+      .selectAll()
+      .where('id', '=', upload.fileId)
+      .executeTakeFirstOrThrow()
+    expect(await small.app.storage.head(row.object_key)).toMatchObject({ size: 10 })
   })
 
   it('accepts a file of exactly the limit', async () => {
@@ -422,5 +462,56 @@ describe('over the size limit (platform.storage.max-file-size=10)', () => {
     const res = await confirm(small.app, session, upload.fileId)
     expect(res.statusCode).toBe(200)
     expect(res.json()).toMatchObject({ status: 'CONFIRMED', sizeBytes: 10 })
+  })
+})
+
+describe('uploads nobody confirms (retention rule `files`)', () => {
+  let app: TestApp
+  beforeAll(async () => {
+    app = await createTestApp({
+      clock: new TestClock(new Date()),
+      config: {
+        ...t.s3.config,
+        'platform.storage.max-file-size': '10',
+        'platform.retention.pending-uploads': '1h',
+        'platform.auth.password.hash-memory-kib': '1024',
+        'platform.auth.password.hash-iterations': '1',
+      },
+      configure: withFiles,
+    })
+  })
+  afterAll(async () => {
+    await app?.close()
+  })
+
+  const row = (id: string) =>
+    app.app.db.selectFrom('files').selectAll().where('id', '=', id).executeTakeFirst()
+
+  it('removes PENDING and REJECTED files with their bytes an hour after their address expired, and keeps confirmed ones', async () => {
+    const { session, resourceId } = await newEditor(app.app)
+    const staged = await initiated(app.app, session, { resourceId, contentType: 'text/plain' })
+    await putBytes(staged, 'abandoned')
+    const never = await initiated(app.app, session, { resourceId, contentType: 'text/plain' })
+    const refused = await initiated(app.app, session, { resourceId, contentType: 'text/plain' })
+    await putBytes(refused, 'eleven byte')
+    expectProblem(await confirm(app.app, session, refused.fileId), 413, 'PAYLOAD_TOO_LARGE')
+    const kept = await initiated(app.app, session, { resourceId, contentType: 'text/plain' })
+    await putBytes(kept, 'kept')
+    expect((await confirm(app.app, session, kept.fileId)).statusCode).toBe(200)
+    const stagedKey = (await row(staged.fileId))?.object_key ?? ''
+    expect(await app.app.storage.head(stagingKey(stagedKey))).toMatchObject({ size: 9 })
+
+    // 15 minutes of upload address and the hour of grace, less ten seconds: everything stays.
+    app.clock.advanceSeconds(15 * 60 + 3600 - 10)
+    expect((await app.app.housekeeping.runOnce()).files).toBe(0)
+    expect(await row(never.fileId)).toMatchObject({ status: 'PENDING' })
+
+    app.clock.advanceSeconds(20)
+    expect((await app.app.housekeeping.runOnce()).files).toBe(3)
+    for (const id of [staged.fileId, never.fileId, refused.fileId]) expect(await row(id)).toBeUndefined()
+    expect(await app.app.storage.head(stagingKey(stagedKey))).toBeNull()
+    const confirmed = await row(kept.fileId)
+    expect(confirmed).toMatchObject({ status: 'CONFIRMED' })
+    expect(await app.app.storage.head(confirmed?.object_key ?? '')).toMatchObject({ size: 4 })
   })
 })

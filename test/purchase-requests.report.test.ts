@@ -93,6 +93,7 @@ describe('generating the report', () => {
 
     expect(res.statusCode, res.body).toBe(201)
     const file = res.json()
+    expect(res.headers.location).toBe(`/api/storage/files/${file.id}`)
     const now = t.clock.now().toISOString()
     expect(file).toEqual({
       id: expect.any(String),

@@ -3,50 +3,63 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loadConfig } from '../src/config.ts'
-import { EMBEDDED_S3_CREDENTIALS, startEmbeddedStorage } from '../src/storage/embedded-s3.ts'
+import { startEmbeddedStorage } from '../src/storage/embedded-s3.ts'
+import { contentDisposition } from '../src/storage/file-metadata.ts'
 import type { ObjectStore } from '../src/storage/port.ts'
 import { createObjectStore, S3ObjectStore } from '../src/storage/s3.ts'
 import { configErrorOf, testConfig, testSecret } from './helpers/app.ts'
-import { startTestS3, type TestS3 } from './helpers/s3.ts'
+import { startStockS3rver, startTestS3, type TestS3 } from './helpers/s3.ts'
 import { closedPort } from './helpers/smtp.ts'
 
-// The object-store port's contract, through the S3 adapter against the embedded S3-compatible
-// server (which verifies signatures as S3 does): pre-signed PUT and GET, server-side put, head and
-// delete; pre-signed PUTs without checksum parameters; addresses for the public endpoint; the
-// readiness check; and what the configuration requires.
-
-let s3: TestS3
-let store: ObjectStore
-
-beforeAll(async () => {
-  s3 = await startTestS3({ allowedOrigins: ['http://app.example.test'] })
-  store = s3.store()
-})
-
-afterAll(async () => {
-  await store?.close()
-  await s3?.close()
-})
+// The object-store port's contract, through the S3 adapter, run against two S3-compatible
+// servers: the project's embedded one, and a stock @20minutes/s3rver with its own signature
+// checking (a store the project did not write, which canonicalises signed requests its own way):
+// pre-signed PUT and GET (a non-ASCII file name included), server-side put, copy, head and delete;
+// pre-signed PUTs without checksum parameters; the readiness check. Then what only the embedded
+// server does (it refuses unsigned requests), addresses for the public endpoint, and the configuration.
 
 const key = (name: string) => `contract/${name}-${Math.random().toString(36).slice(2)}`
+const GERMAN = 'Angebot für Müller – 2026 (final).pdf'
 
-describe('the ObjectStore contract (S3 adapter, embedded server)', () => {
-  it('round-trips: pre-signed PUT, head, pre-signed GET with the file name, delete', async () => {
+describe.each([
+  ['the embedded server', startTestS3],
+  ['a stock s3rver with its own signature checking', startStockS3rver],
+])('the ObjectStore contract (S3 adapter, %s)', (_name, start) => {
+  let server: TestS3
+  let store: ObjectStore
+
+  beforeAll(async () => {
+    server = await start({ allowedOrigins: ['http://app.example.test'] })
+    store = server.store()
+  })
+
+  afterAll(async () => {
+    await store?.close()
+    await server?.close()
+  })
+
+  it('round-trips: pre-signed PUT to a staging key, copy with the download headers, pre-signed GET, delete', async () => {
+    const staged = key('staged')
     const objectKey = key('round-trip')
-    const upload = await store.presignPut(objectKey, 'image/png', 60, new Date())
-    expect(upload.headers).toEqual({ 'Content-Type': 'image/png' })
-    const bytes = new Uint8Array([137, 80, 78, 71, 13, 10, 26, 10, 0, 255])
+    const upload = await store.presignPut(staged, 'application/pdf', 60, new Date())
+    expect(upload.headers).toEqual({ 'Content-Type': 'application/pdf' })
+    const bytes = new Uint8Array([37, 80, 68, 70, 45, 49, 46, 55, 0, 255])
     expect((await fetch(upload.url, { method: 'PUT', headers: upload.headers, body: bytes })).status).toBe(
       200,
     )
+    expect(await store.head(staged)).toEqual({ size: 10, contentType: 'application/pdf' })
 
-    expect(await store.head(objectKey)).toEqual({ size: 10, contentType: 'image/png' })
+    const copied = await store.copy(staged, objectKey, {
+      contentType: 'application/pdf',
+      contentDisposition: contentDisposition(GERMAN),
+    })
+    expect(copied).toEqual({ size: 10, contentType: 'application/pdf' })
 
-    const download = await fetch(await store.presignGet(objectKey, 'Grüße (1).png', 60, new Date()))
+    const download = await fetch(await store.presignGet(objectKey, 60, new Date()))
     expect(download.status).toBe(200)
     expect(new Uint8Array(await download.arrayBuffer())).toEqual(bytes)
     expect(download.headers.get('content-disposition')).toBe(
-      `attachment; filename="Gr__e (1).png"; filename*=UTF-8''Gr%C3%BC%C3%9Fe%20%281%29.png`,
+      `attachment; filename="Angebot f_r M_ller _ 2026 (final).pdf"; filename*=UTF-8''Angebot%20f%C3%BCr%20M%C3%BCller%20%E2%80%93%202026%20%28final%29.pdf`,
     )
 
     await store.delete(objectKey)
@@ -54,12 +67,25 @@ describe('the ObjectStore contract (S3 adapter, embedded server)', () => {
     await expect(store.delete(objectKey)).resolves.toBeUndefined()
   })
 
-  it('stores bytes put by the service itself', async () => {
+  it('answers null when copying an object that does not exist', async () => {
+    expect(
+      await store.copy(key('absent'), key('target'), {
+        contentType: 'text/plain',
+        contentDisposition: 'attachment',
+      }),
+    ).toBeNull()
+  })
+
+  it('stores bytes put by the service itself, served as an attachment', async () => {
     const objectKey = key('put')
-    await store.put(objectKey, new TextEncoder().encode('%PDF-1.7'), 'application/pdf')
+    await store.put(objectKey, new TextEncoder().encode('%PDF-1.7'), {
+      contentType: 'application/pdf',
+      contentDisposition: contentDisposition('report.pdf'),
+    })
     expect(await store.head(objectKey)).toEqual({ size: 8, contentType: 'application/pdf' })
-    const download = await fetch(await store.presignGet(objectKey, 'report.pdf', 60, new Date()))
+    const download = await fetch(await store.presignGet(objectKey, 60, new Date()))
     expect(await download.text()).toBe('%PDF-1.7')
+    expect(download.headers.get('content-disposition')).toMatch(/^attachment; filename="report.pdf"/)
   })
 
   it('answers null for an object that does not exist', async () => {
@@ -75,6 +101,18 @@ describe('the ObjectStore contract (S3 adapter, embedded server)', () => {
     expect(url.searchParams.get('X-Amz-SignedHeaders')?.split(';')).toContain('content-type')
     expect(url.searchParams.get('X-Amz-Date')).toBe('20260304T050607Z')
     expect(url.searchParams.get('X-Amz-Expires')).toBe('900')
+  })
+
+  it('refuses a PUT with another Content-Type than the signed one', async () => {
+    const objectKey = key('type')
+    const upload = await store.presignPut(objectKey, 'application/pdf', 60, new Date())
+    const res = await fetch(upload.url, {
+      method: 'PUT',
+      headers: { 'Content-Type': 'text/html' },
+      body: 'x',
+    })
+    expect(res.status).toBe(403)
+    expect(await store.head(objectKey)).toBeNull()
   })
 
   it('takes the signing date from the caller, so an address signed in the past has expired', async () => {
@@ -103,6 +141,109 @@ describe('the ObjectStore contract (S3 adapter, embedded server)', () => {
     expect(allowed.headers.get('access-control-allow-headers')).toBe('content-type')
     expect((await preflight('http://evil.example.test')).status).toBe(403)
   })
+
+  it('is ready while the bucket is usable', async () => {
+    await expect(store.ready()).resolves.toBeUndefined()
+    // Again, now that the probe object exists.
+    await expect(store.ready()).resolves.toBeUndefined()
+  })
+
+  it('is not ready when the bucket does not exist: the service never creates it', async () => {
+    const missing = new S3ObjectStore({
+      endpoint: server.endpoint,
+      region: 'us-east-1',
+      bucket: 'no-such-bucket',
+      ...server.credentials,
+      pathStyle: true,
+    })
+    try {
+      await expect(missing.ready()).rejects.toThrow(/no-such-bucket/)
+    } finally {
+      await missing.close()
+    }
+  })
+
+  it('is not ready with a wrong secret', async () => {
+    const wrong = new S3ObjectStore({
+      endpoint: server.endpoint,
+      region: 'us-east-1',
+      bucket: server.bucket,
+      accessKeyId: server.credentials.accessKeyId,
+      secretAccessKey: 'not-the-secret',
+      pathStyle: true,
+    })
+    try {
+      await expect(wrong.ready()).rejects.toThrow(/does not answer/)
+    } finally {
+      await wrong.close()
+    }
+  })
+})
+
+let s3: TestS3
+let store: ObjectStore
+
+beforeAll(async () => {
+  s3 = await startTestS3({ allowedOrigins: ['http://app.example.test'] })
+  store = s3.store()
+})
+
+afterAll(async () => {
+  await store?.close()
+  await s3?.close()
+})
+
+describe('the embedded server refuses what a real store refuses', () => {
+  it("answers 403 to anonymous GET, PUT and list, and to s3rver's well-known S3RVER key", async () => {
+    const objectKey = key('private')
+    await store.put(objectKey, new TextEncoder().encode('tenant data'), {
+      contentType: 'text/plain',
+      contentDisposition: 'attachment',
+    })
+    const address = `${s3.endpoint}/${s3.bucket}/${objectKey}`
+    const get = await fetch(address)
+    expect(get.status).toBe(403)
+    expect(await get.text()).toContain('<Code>AccessDenied</Code>')
+    expect((await fetch(address, { method: 'PUT', body: 'replaced' })).status).toBe(403)
+    const list = await fetch(`${s3.endpoint}/${s3.bucket}?list-type=2`)
+    expect(list.status).toBe(403)
+    expect(await list.text()).not.toContain(objectKey)
+    const wellKnown = new S3ObjectStore({
+      endpoint: s3.endpoint,
+      region: 'us-east-1',
+      bucket: s3.bucket,
+      accessKeyId: 'S3RVER',
+      secretAccessKey: 'S3RVER',
+      pathStyle: true,
+    })
+    try {
+      await expect(wellKnown.head(objectKey)).rejects.toThrow()
+      await expect(
+        wellKnown.put(objectKey, new Uint8Array(1), {
+          contentType: 'text/plain',
+          contentDisposition: 'attachment',
+        }),
+      ).rejects.toThrow()
+    } finally {
+      await wellKnown.close()
+    }
+    expect(await store.head(objectKey)).toEqual({ size: 11, contentType: 'text/plain' })
+  })
+
+  it('is not ready when nothing listens at the endpoint', async () => {
+    const down = new S3ObjectStore({
+      endpoint: `http://127.0.0.1:${await closedPort()}`,
+      region: 'us-east-1',
+      bucket: s3.bucket,
+      ...s3.credentials,
+      pathStyle: true,
+    })
+    try {
+      await expect(down.ready()).rejects.toThrow(/does not answer/)
+    } finally {
+      await down.close()
+    }
+  })
 })
 
 describe('addresses for the public endpoint', () => {
@@ -113,7 +254,7 @@ describe('addresses for the public endpoint', () => {
       publicEndpoint: `http://localhost:${port}`,
       region: 'us-east-1',
       bucket: s3.bucket,
-      ...EMBEDDED_S3_CREDENTIALS,
+      ...s3.credentials,
       pathStyle: true,
     })
     try {
@@ -131,42 +272,6 @@ describe('addresses for the public endpoint', () => {
       expect(await publicStore.head(objectKey)).toEqual({ size: 6, contentType: 'text/plain' })
     } finally {
       await publicStore.close()
-    }
-  })
-})
-
-describe('readiness', () => {
-  it('is ready while the bucket answers', async () => {
-    await expect(store.ready()).resolves.toBeUndefined()
-  })
-
-  it('is not ready when the bucket does not exist: the service never creates it', async () => {
-    const missing = new S3ObjectStore({
-      endpoint: s3.endpoint,
-      region: 'us-east-1',
-      bucket: 'no-such-bucket',
-      ...EMBEDDED_S3_CREDENTIALS,
-      pathStyle: true,
-    })
-    try {
-      await expect(missing.ready()).rejects.toThrow(/no-such-bucket/)
-    } finally {
-      await missing.close()
-    }
-  })
-
-  it('is not ready when nothing listens at the endpoint', async () => {
-    const down = new S3ObjectStore({
-      endpoint: `http://127.0.0.1:${await closedPort()}`,
-      region: 'us-east-1',
-      bucket: s3.bucket,
-      ...EMBEDDED_S3_CREDENTIALS,
-      pathStyle: true,
-    })
-    try {
-      await expect(down.ready()).rejects.toThrow(/does not answer/)
-    } finally {
-      await down.close()
     }
   })
 })
@@ -209,7 +314,7 @@ describe('the launchers’ embedded server (startEmbeddedStorage)', () => {
     expect(await startEmbeddedStorage(testConfig({ 'platform.profile': 'production' }))).toBeNull()
   })
 
-  it('keeps objects under <dataDir>/s3 across restarts, with the bucket created by the launcher', async () => {
+  it('keeps objects, its port and its key pair across restarts, with the bucket created by the launcher', async () => {
     const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-embedded-s3-'))
     try {
       const source = { 'platform.auth.jwt.secret': testSecret(), 'platform.data-dir': dataDir }
@@ -217,7 +322,12 @@ describe('the launchers’ embedded server (startEmbeddedStorage)', () => {
       if (!first) throw new Error('expected an embedded server')
       const firstStore = createObjectStore(loadConfig({ ...source, ...first.configSource() }))
       await firstStore.ready()
-      await firstStore.put('kept', new TextEncoder().encode('kept'), 'text/plain')
+      await firstStore.put('kept', new TextEncoder().encode('kept'), {
+        contentType: 'text/plain',
+        contentDisposition: 'attachment',
+      })
+      // An address signed before the restart.
+      const signed = await firstStore.presignGet('kept', 600, new Date())
       await firstStore.close()
       await first.close()
 
@@ -226,6 +336,9 @@ describe('the launchers’ embedded server (startEmbeddedStorage)', () => {
       const secondStore = createObjectStore(loadConfig({ ...source, ...second.configSource() }))
       try {
         expect(await secondStore.head('kept')).toEqual({ size: 4, contentType: 'text/plain' })
+        // Same port and key pair: the address signed before the restart still works.
+        expect(second.endpoint).toBe(first.endpoint)
+        expect(await (await fetch(signed)).text()).toBe('kept')
       } finally {
         await secondStore.close()
         await second.close()

@@ -10,6 +10,7 @@ import {
   FileList,
   FileParams,
   FileRecord,
+  fileLocation,
   InitiatedUpload,
   InitiateUploadRequest,
   ListFilesQuery,
@@ -33,7 +34,7 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const upload = await app.files.initiate(requirePrincipal(request), request.body)
-      return reply.code(201).send({
+      return reply.code(201).header('location', fileLocation(upload.file.id)).send({
         fileId: upload.file.id,
         uploadUrl: upload.uploadUrl,
         expiresAt: upload.expiresAt.toISOString(),
@@ -57,6 +58,21 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) =>
       toFileRecord(await app.files.confirm(requirePrincipal(request), request.params.fileId)),
+  )
+
+  app.get(
+    '/api/storage/files/:fileId',
+    {
+      config: { scope: 'files:read' },
+      schema: {
+        tags: ['files'],
+        operationId: 'getFile',
+        summary: 'A file record in any status (PENDING, CONFIRMED, REJECTED); needs can_view on the resource',
+        params: FileParams,
+        response: { 200: FileRecord, ...problemResponses(401, 403, 404, 503) },
+      },
+    },
+    async (request) => toFileRecord(await app.files.get(requirePrincipal(request), request.params.fileId)),
   )
 
   app.get(

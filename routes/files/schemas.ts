@@ -96,3 +96,6 @@ export function toFileRecord(row: FileRow) {
     confirmedAt: row.confirmed_at ? row.confirmed_at.toISOString() : null,
   }
 }
+
+/** The address of a file record, the Location of the answers that create one. */
+export const fileLocation = (fileId: string) => `/api/storage/files/${fileId}`

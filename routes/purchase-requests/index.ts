@@ -9,8 +9,8 @@ import type {
   PurchaseRequestEventRow,
   PurchaseRequestRow,
 } from '../../src/repositories/purchase-requests.ts'
-import { PurchaseRequests } from '../../src/services/purchase-requests.ts'
-import { FileRecord, toFileRecord } from '../files/schemas.ts'
+import { ATTACHMENT_CONTENT_TYPES, PurchaseRequests } from '../../src/services/purchase-requests.ts'
+import { FileRecord, fileLocation, toFileRecord } from '../files/schemas.ts'
 import {
   CreatePurchaseRequest,
   History,
@@ -65,7 +65,10 @@ function decodeCursor(cursor: string): PageKey {
 const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(PurchaseRequest)
   // Attachments go through the generic file endpoints with resourceType purchase_request.
-  app.files.registerResourceType('purchase_request', { objectType: 'purchase_request' })
+  app.files.registerResourceType('purchase_request', {
+    objectType: 'purchase_request',
+    contentTypes: ATTACHMENT_CONTENT_TYPES,
+  })
   const service = new PurchaseRequests({
     db: app.db,
     clock: app.clock,
@@ -179,7 +182,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const file = await service.report(requirePrincipal(request), request.params.id)
-      return reply.code(201).send(toFileRecord(file))
+      return reply.code(201).header('location', fileLocation(file.id)).send(toFileRecord(file))
     },
   )
 

@@ -85,3 +85,30 @@ export async function deleteSpentOneTimeTokens(db: Executor, cutoff: Date, limit
     .executeTakeFirst()
   return removed(result)
 }
+
+/** Uploads never confirmed (PENDING, or REJECTED as too large) that were started before the cutoff. */
+export function findUnfinishedFiles(
+  db: Executor,
+  cutoff: Date,
+  limit: number,
+): Promise<{ id: string; object_key: string; status: string }[]> {
+  return db
+    .selectFrom('files')
+    .select(['id', 'object_key', 'status'])
+    .where('status', '<>', 'CONFIRMED')
+    .where('created_at', '<', cutoff)
+    .orderBy('created_at')
+    .limit(limit)
+    .execute()
+}
+
+/** Deletes those of the given files that are still unfinished (a confirm may have won since). */
+export async function deleteUnfinishedFiles(db: Executor, ids: readonly string[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const result = await db
+    .deleteFrom('files')
+    .where('id', 'in', ids)
+    .where('status', '<>', 'CONFIRMED')
+    .executeTakeFirst()
+  return removed(result)
+}

@@ -14,7 +14,7 @@ import {
   markFileConfirmed,
   markFileRejected,
 } from '../repositories/files.ts'
-import { normalizeContentType, sanitizeFileName } from '../storage/file-metadata.ts'
+import { contentDisposition, normalizeContentType, sanitizeFileName } from '../storage/file-metadata.ts'
 import { type ObjectStore, ObjectStoreError } from '../storage/port.ts'
 
 // Files attached to tenant resources (spec 4.3, decisions 5). The bytes go straight between the
@@ -22,11 +22,18 @@ import { type ObjectStore, ObjectStoreError } from '../storage/port.ts'
 // signs, and checks the result at confirm.
 //
 // Lifecycle (spec 3.4 leaves it open):
-//   initiate           -> PENDING    (row written, upload address signed)
+//   initiate           -> PENDING    (row written, upload address signed for the staging key)
 //   confirm, no bytes  -> PENDING    (409 UPLOAD_NOT_FOUND; the client retries once)
-//   confirm, too large -> REJECTED   (object deleted; 413 PAYLOAD_TOO_LARGE, again on every retry)
-//   confirm            -> CONFIRMED  (size from HeadObject; a repeated confirm returns the record)
+//   confirm, too large -> REJECTED   (objects deleted; 413 PAYLOAD_TOO_LARGE, again on every retry)
+//   confirm            -> CONFIRMED  (staging copied to the file's key, size of the copy recorded)
+//   never confirmed    -> removed    (row and staged bytes, by the `files` retention rule)
 // Only CONFIRMED files are listed and downloadable.
+//
+// The upload address names a staging key (`uploads/<key>`), never the file's key: whoever holds
+// the address can PUT again until it expires, but only a confirm copies bytes to the file's key,
+// after checking them, so a confirmed file never changes and is never over the size limit. The copy
+// stores the Content-Disposition (`attachment`, the sanitised name) with the object, so downloads
+// need no per-request override.
 //
 // Authorization: a resource type is registered with the authorization object type that guards
 // it; uploading and confirming need `can_edit` on that object, listing and downloading need
@@ -36,6 +43,8 @@ import { type ObjectStore, ObjectStoreError } from '../storage/port.ts'
 export interface ResourceTypeDefinition {
   /** The authorization model type whose `can_view` / `can_edit` guard the resource's files. */
   objectType: string
+  /** The media types (type/subtype, no parameters) files of this resource may have. */
+  contentTypes: readonly string[]
 }
 
 export interface FileAuthorizer {
@@ -116,7 +125,9 @@ export class FileService {
         throw new Error(`authorization type '${definition.objectType}' has no relation ${relation}`)
       }
     }
-    this.#types.set(name, { ...definition })
+    if (definition.contentTypes.length === 0)
+      throw new Error(`resource type '${name}' accepts no content type`)
+    this.#types.set(name, { ...definition, contentTypes: [...definition.contentTypes] })
   }
 
   /** The registered resource type names. */
@@ -136,13 +147,25 @@ export class FileService {
         'must be a type/subtype media type, with no parameter other than charset',
       )
     }
+    const essence = contentType.split(';')[0] as string
+    if (!definition.contentTypes.includes(essence)) {
+      throw new AppError(
+        'UNSUPPORTED_CONTENT_TYPE',
+        `Files of a ${input.resourceType} cannot be ${essence}; accepted: ${definition.contentTypes.join(', ')}`,
+        {
+          extensions: {
+            errors: [{ path: 'body.contentType', message: 'is not accepted for this resource type' }],
+          },
+        },
+      )
+    }
     await this.#authz.require(principal, 'can_edit', `${definition.objectType}:${input.resourceId}`)
 
     const id = randomUUID()
     const key = objectKey(organizationId, input.resourceType, input.resourceId, id)
     const now = this.#clock.now()
     const ttl = this.#storage.uploadUrlTtl
-    const upload = await this.#call(() => this.#store.presignPut(key, contentType, ttl, now))
+    const upload = await this.#call(() => this.#store.presignPut(stagingKey(key), contentType, ttl, now))
     const file = await this.#record(principal, organizationId, input, {
       id,
       key,
@@ -159,39 +182,68 @@ export class FileService {
   }
 
   /**
-   * Checks that the bytes arrived and records their size: CONFIRMED, or REJECTED over the size
-   * limit. Idempotent: a CONFIRMED file is returned as it is. Needs `can_edit` on the resource.
+   * Checks that the bytes arrived and were not too large, copies them from the staging key to the
+   * file's key and records the copy's size: CONFIRMED, or REJECTED over the size limit. Idempotent:
+   * a CONFIRMED file is returned as it is. Needs `can_edit` on the resource.
    */
   async confirm(principal: Principal, fileId: string): Promise<FileRow> {
     const organizationId = requireTenant()
     const file = await this.#authorizedFile(principal, organizationId, fileId, 'can_edit')
     if (file.status === 'CONFIRMED') return file
+    const staged = stagingKey(file.object_key)
     if (file.status === 'REJECTED') {
       // Deleting again finishes a cleanup an earlier confirm could not.
-      await this.#call(() => this.#store.delete(file.object_key))
+      await this.#discard(file)
       throw this.#tooLarge()
     }
-    const object = await this.#call(() => this.#store.head(file.object_key))
-    if (!object) {
+    const upload = await this.#call(() => this.#store.head(staged))
+    if (!upload) {
       throw new AppError('UPLOAD_NOT_FOUND', 'The file has not been uploaded yet; retry shortly')
     }
-    if (object.size > this.#storage.maxFileSize) {
-      const rejected = await markFileRejected(this.#db, organizationId, file.id, object.size)
+    // The staged bytes can still be replaced until the address expires: what counts is the copy,
+    // which only the service writes, so its size is the one checked and recorded.
+    const copied =
+      upload.size > this.#storage.maxFileSize
+        ? upload
+        : await this.#call(() =>
+            this.#store.copy(staged, file.object_key, {
+              contentType: file.content_type,
+              contentDisposition: contentDisposition(file.original_file_name),
+            }),
+          )
+    if (!copied) throw new AppError('UPLOAD_NOT_FOUND', 'The file has not been uploaded yet; retry shortly')
+    if (copied.size > this.#storage.maxFileSize) {
+      const rejected = await markFileRejected(this.#db, organizationId, file.id, copied.size)
       if (rejected || (await this.#reread(organizationId, file.id)).status === 'REJECTED') {
-        await this.#call(() => this.#store.delete(file.object_key))
+        await this.#discard(file)
         throw this.#tooLarge()
       }
     } else {
       const confirmed = await markFileConfirmed(this.#db, organizationId, file.id, {
-        sizeBytes: object.size,
+        sizeBytes: copied.size,
         now: this.#clock.now(),
       })
-      if (confirmed) return confirmed
+      if (confirmed) {
+        // Best effort: what is left is removed with the upload address's lifetime (README, Files).
+        await this.#store.delete(staged).catch(() => undefined)
+        return confirmed
+      }
     }
     // Another confirm finished first: answer as it did.
     const current = await this.#reread(organizationId, file.id)
     if (current.status === 'CONFIRMED') return current
     throw this.#tooLarge()
+  }
+
+  /** Deletes a file's staged and copied bytes. */
+  async #discard(file: FileRow): Promise<void> {
+    await this.#call(() => this.#store.delete(stagingKey(file.object_key)))
+    await this.#call(() => this.#store.delete(file.object_key))
+  }
+
+  /** A file's record, whatever its status; needs `can_view` on the resource. */
+  async get(principal: Principal, fileId: string): Promise<FileRow> {
+    return this.#authorizedFile(principal, requireTenant(), fileId, 'can_view')
   }
 
   /** A pre-signed download address of a CONFIRMED file; needs `can_view` on the resource. */
@@ -201,9 +253,7 @@ export class FileService {
     if (file.status !== 'CONFIRMED') throw new AppError('NOT_FOUND', 'No confirmed file with this id')
     const now = this.#clock.now()
     const ttl = this.#storage.downloadUrlTtl
-    const url = await this.#call(() =>
-      this.#store.presignGet(file.object_key, file.original_file_name, ttl, now),
-    )
+    const url = await this.#call(() => this.#store.presignGet(file.object_key, ttl, now))
     return { url, expiresAt: new Date(now.getTime() + ttl * 1000) }
   }
 
@@ -228,7 +278,12 @@ export class FileService {
     if (input.bytes.byteLength > this.#storage.maxFileSize) throw this.#tooLarge()
     const id = randomUUID()
     const key = objectKey(organizationId, input.resourceType, input.resourceId, id)
-    await this.#call(() => this.#store.put(key, input.bytes, contentType))
+    await this.#call(() =>
+      this.#store.put(key, input.bytes, {
+        contentType,
+        contentDisposition: contentDisposition(input.fileName),
+      }),
+    )
     const now = this.#clock.now()
     return this.#record(principal, organizationId, input, {
       id,
@@ -316,6 +371,9 @@ export class FileService {
     }
   }
 }
+
+/** Where the upload address puts the bytes until a confirm copies them to the file's key. */
+export const stagingKey = (key: string) => `uploads/${key}`
 
 /** `org/<orgId>/<resourceType>/<resourceId>/<fileId>`: ids only, so no client value steers a key. */
 export function objectKey(

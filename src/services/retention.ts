@@ -1,11 +1,17 @@
+import type { Kysely } from 'kysely'
 import type { Config } from '../config.ts'
+import type { Database } from '../db/schema.ts'
 import {
   deleteDeadRefreshTokens,
   deleteEndedSessions,
   deleteFinishedMail,
   deleteProcessedTupleChanges,
   deleteSpentOneTimeTokens,
+  deleteUnfinishedFiles,
+  findUnfinishedFiles,
 } from '../repositories/retention.ts'
+import type { ObjectStore } from '../storage/port.ts'
+import { stagingKey } from './files.ts'
 import type { RetentionRule } from './housekeeping.ts'
 import { rateLimitRetention } from './rate-limit.ts'
 
@@ -19,8 +25,9 @@ const before = (now: Date, seconds: number) => new Date(now.getTime() - seconds 
  * 3.2) and delivered outbox rows, for audit and support; purchase-request audit rows are never
  * removed.
  */
-export function retentionRules(config: Config): RetentionRule[] {
-  const { outbox, sessions, oneTimeTokens } = config.retention
+export function retentionRules(config: Config, deps: { store: ObjectStore }): RetentionRule[] {
+  const { outbox, sessions, oneTimeTokens, pendingUploads } = config.retention
+  const uploadWindow = config.storage.uploadUrlTtl + pendingUploads
   return [
     {
       name: 'authz_outbox',
@@ -33,6 +40,28 @@ export function retentionRules(config: Config): RetentionRule[] {
       name: 'one_time_tokens',
       sweep: (db, now) => deleteSpentOneTimeTokens(db, before(now, oneTimeTokens), BATCH),
     },
+    {
+      name: 'files',
+      sweep: (db, now) => sweepUnfinishedFiles(db, deps.store, before(now, uploadWindow)),
+    },
     rateLimitRetention,
   ]
+}
+
+/**
+ * Uploads nobody confirmed within `platform.retention.pending-uploads` of their address's expiry:
+ * their bytes first (the staged upload, and the copy a refused confirm may have left), then the
+ * rows. A store that is down fails the sweep and leaves the rows for the next run, so no object is
+ * ever orphaned by a row deleted before it; a confirm that wins meanwhile keeps its row.
+ */
+async function sweepUnfinishedFiles(db: Kysely<Database>, store: ObjectStore, cutoff: Date): Promise<number> {
+  const files = await findUnfinishedFiles(db, cutoff, BATCH)
+  for (const file of files) {
+    await store.delete(stagingKey(file.object_key))
+    if (file.status === 'REJECTED') await store.delete(file.object_key)
+  }
+  return deleteUnfinishedFiles(
+    db,
+    files.map((file) => file.id),
+  )
 }

@@ -1,17 +1,29 @@
-import { createHash, createHmac, timingSafeEqual } from 'node:crypto'
-import { mkdir } from 'node:fs/promises'
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
+import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import S3rver, { type S3rverContext, type S3rverMiddleware } from '@20minutes/s3rver'
+import AWSAccount from '@20minutes/s3rver/lib/models/account.js'
 import type { Config, ConfigSource } from '../config.ts'
 
 // The embedded S3-compatible server (decisions 3) for development and tests: @20minutes/s3rver on
-// 127.0.0.1, files under a directory, signatures verified (a pre-signed address with another
-// Content-Type, a changed signature or a past expiry is refused as S3 would). The service never
+// 127.0.0.1, files under a directory, every request signed with this server's own key pair (an
+// unsigned request, s3rver's well-known S3RVER key, another Content-Type than the signed one, a
+// changed signature or a past expiry are refused as S3 would refuse them). The service never
 // creates the bucket (spec 4.3): the launcher that starts this server creates it, with a CORS rule
 // so a browser page on the given origins can PUT and GET directly.
 
-/** s3rver's built-in account; it accepts no other key pair. */
-export const EMBEDDED_S3_CREDENTIALS = { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } as const
+export interface S3Credentials {
+  accessKeyId: string
+  secretAccessKey: string
+}
+
+/** A key pair of its own for one embedded server (s3rver's built-in S3RVER pair is refused). */
+export function newEmbeddedCredentials(): S3Credentials {
+  return {
+    accessKeyId: `EMBEDDED${randomBytes(6).toString('hex').toUpperCase()}`,
+    secretAccessKey: randomBytes(24).toString('base64url'),
+  }
+}
 
 export interface EmbeddedS3Options {
   /** Where objects are kept; created when missing. */
@@ -23,6 +35,8 @@ export interface EmbeddedS3Options {
   host?: string
   /** 0 (default): any free port. */
   port?: number
+  /** The key pair requests must be signed with; a new one when not given. */
+  credentials?: S3Credentials
 }
 
 const escapeXml = (value: string) =>
@@ -145,37 +159,53 @@ function expectedSignature(context: S3rverContext, request: SignedRequest, secre
   return hmac(signingKey, stringToSign).toString('hex')
 }
 
-function signatureDoesNotMatch(context: S3rverContext): void {
+function refuse(context: S3rverContext, code: string, message: string): void {
   context.status = 403
   context.type = 'application/xml'
-  context.body = [
-    '<?xml version="1.0" encoding="UTF-8"?>',
-    '<Error><Code>SignatureDoesNotMatch</Code><Message>The request signature we calculated does not',
-    ' match the signature you provided. Check your key and signing method.</Message></Error>',
-  ].join('')
+  context.body = `<?xml version="1.0" encoding="UTF-8"?><Error><Code>${code}</Code><Message>${message}</Message></Error>`
 }
 
-const verifySignatureV4: S3rverMiddleware = async (context, next) => {
-  if (context.method === 'OPTIONS') return next()
-  let request: SignedRequest | null
-  let expected: Buffer
-  try {
-    request = signedRequestOf(context, new Map(queryPairs(context.querystring)))
-    // Anonymous, SigV2 and unknown keys are left to s3rver, which refuses what it must.
-    if (!request || request.accessKeyId !== EMBEDDED_S3_CREDENTIALS.accessKeyId) return next()
-    expected = Buffer.from(expectedSignature(context, request, EMBEDDED_S3_CREDENTIALS.secretAccessKey))
-  } catch {
-    // A query string that does not decode cannot carry a valid signature.
-    signatureDoesNotMatch(context)
-    return
+const signatureDoesNotMatch = (context: S3rverContext) =>
+  refuse(
+    context,
+    'SignatureDoesNotMatch',
+    'The request signature we calculated does not match the signature you provided. Check your key and signing method.',
+  )
+
+/** Every request but a CORS preflight must be signed with `credentials`, as a real store requires. */
+function signatureCheck(credentials: S3Credentials): S3rverMiddleware {
+  return async (context, next) => {
+    if (context.method === 'OPTIONS') return next()
+    let request: SignedRequest | null
+    let expected: Buffer
+    try {
+      request = signedRequestOf(context, new Map(queryPairs(context.querystring)))
+      if (!request) {
+        refuse(context, 'AccessDenied', 'Access Denied: anonymous requests are not allowed')
+        return
+      }
+      if (request.accessKeyId !== credentials.accessKeyId) {
+        refuse(
+          context,
+          'InvalidAccessKeyId',
+          'The AWS Access Key Id you provided does not exist in our records.',
+        )
+        return
+      }
+      expected = Buffer.from(expectedSignature(context, request, credentials.secretAccessKey))
+    } catch {
+      // A query string that does not decode cannot carry a valid signature.
+      signatureDoesNotMatch(context)
+      return
+    }
+    const provided = Buffer.from(request.signature)
+    if (expected.length !== provided.length || !timingSafeEqual(expected, provided)) {
+      signatureDoesNotMatch(context)
+      return
+    }
+    context.state.account = { id: 'embedded', displayName: 'S3rver' }
+    return next()
   }
-  const provided = Buffer.from(request.signature)
-  if (expected.length !== provided.length || !timingSafeEqual(expected, provided)) {
-    signatureDoesNotMatch(context)
-    return
-  }
-  context.state.account = { id: 'embedded', displayName: 'S3rver' }
-  return next()
 }
 
 export class EmbeddedS3 {
@@ -183,11 +213,18 @@ export class EmbeddedS3 {
   readonly bucket: string
   readonly region: string
   readonly directory: string
-  readonly #server: S3rver
+  readonly credentials: S3Credentials
+  readonly #server: S3rver | null
 
-  private constructor(server: S3rver, endpoint: string, options: EmbeddedS3Options) {
+  private constructor(
+    server: S3rver | null,
+    endpoint: string,
+    options: EmbeddedS3Options,
+    credentials: S3Credentials,
+  ) {
     this.#server = server
     this.endpoint = endpoint
+    this.credentials = credentials
     this.bucket = options.bucket
     this.region = options.region ?? 'us-east-1'
     this.directory = options.directory
@@ -210,9 +247,17 @@ export class EmbeddedS3 {
         { name: options.bucket, configs: origins.length > 0 ? [corsConfiguration(origins)] : [] },
       ],
     })
-    server.middleware.unshift(verifySignatureV4)
+    const credentials = options.credentials ?? newEmbeddedCredentials()
+    // s3rver checks the key exists after the signature check above has accepted the request.
+    AWSAccount.DUMMY_ACCOUNT.createKeyPair(credentials.accessKeyId, credentials.secretAccessKey)
+    server.middleware.unshift(signatureCheck(credentials))
     const address = await server.run()
-    return new EmbeddedS3(server, `http://${host}:${address.port}`, options)
+    return new EmbeddedS3(server, `http://${host}:${address.port}`, options, credentials)
+  }
+
+  /** The server another process of this data directory runs, at `endpoint`. */
+  static elsewhere(endpoint: string, options: EmbeddedS3Options, credentials: S3Credentials): EmbeddedS3 {
+    return new EmbeddedS3(null, endpoint, options, credentials)
   }
 
   /** The configuration entries that point the service at this server. */
@@ -221,14 +266,14 @@ export class EmbeddedS3 {
       'platform.storage.s3.endpoint': this.endpoint,
       'platform.storage.s3.bucket': this.bucket,
       'platform.storage.s3.region': this.region,
-      'platform.storage.s3.access-key-id': EMBEDDED_S3_CREDENTIALS.accessKeyId,
-      'platform.storage.s3.secret-access-key': EMBEDDED_S3_CREDENTIALS.secretAccessKey,
+      'platform.storage.s3.access-key-id': this.credentials.accessKeyId,
+      'platform.storage.s3.secret-access-key': this.credentials.secretAccessKey,
       'platform.storage.s3.path-style': 'true',
     }
   }
 
-  close(): Promise<void> {
-    return this.#server.close()
+  async close(): Promise<void> {
+    await this.#server?.close()
   }
 }
 
@@ -240,11 +285,40 @@ function originOf(url: string): string {
   }
 }
 
+/** What the launchers keep beside the objects, so addresses signed before a restart stay valid. */
+interface EmbeddedState extends S3Credentials {
+  port: number
+}
+
+async function readState(file: string): Promise<EmbeddedState | null> {
+  try {
+    const state = JSON.parse(await readFile(file, 'utf8')) as Partial<EmbeddedState>
+    return typeof state.port === 'number' && state.accessKeyId && state.secretAccessKey
+      ? (state as EmbeddedState)
+      : null
+  } catch {
+    return null
+  }
+}
+
+/** Whether the embedded server of this data directory answers at `endpoint` (it refuses unsigned requests so). */
+async function answersAsEmbedded(endpoint: string): Promise<boolean> {
+  try {
+    const res = await fetch(`${endpoint}/`, { signal: AbortSignal.timeout(2_000) })
+    return res.status === 403 && (await res.text()).includes('anonymous requests are not allowed')
+  } catch {
+    return false
+  }
+}
+
 /**
  * For the launchers: with no platform.storage.s3.endpoint outside the production profile, starts
  * the embedded server with its objects under `<dataDir>/s3` and the configured bucket, open to the
  * service's web origins; null when an endpoint is set or under production (where the missing
- * endpoint is a startup error of the storage plugin).
+ * endpoint is a startup error of the storage plugin). Its port and key pair are kept in
+ * `<dataDir>/s3.json` (mode 0600) and reused, so addresses signed before a restart still work; when
+ * another process of the same data directory already serves it there (the CLI beside
+ * `npm run dev`), that server is used.
  */
 export async function startEmbeddedStorage(
   config: Config,
@@ -256,11 +330,29 @@ export async function startEmbeddedStorage(
       [...config.web.cors.allowedOrigins, config.web.frontendUrl, config.web.publicUrl].map(originOf),
     ),
   ]
-  return EmbeddedS3.start({
+  const stateFile = path.join(config.dataDir, 's3.json')
+  const saved = await readState(stateFile)
+  const credentials = saved ?? newEmbeddedCredentials()
+  const serverOptions: EmbeddedS3Options = {
     directory: path.join(config.dataDir, 's3'),
     bucket: config.storage.s3.bucket,
     region: config.storage.s3.region,
     allowedOrigins: origins,
-    ...(options.port === undefined ? {} : { port: options.port }),
-  })
+    credentials: { accessKeyId: credentials.accessKeyId, secretAccessKey: credentials.secretAccessKey },
+  }
+  const port = options.port ?? saved?.port ?? 0
+  let server: EmbeddedS3
+  try {
+    server = await EmbeddedS3.start({ ...serverOptions, port })
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw error
+    const endpoint = `http://127.0.0.1:${port}`
+    if (await answersAsEmbedded(endpoint)) return EmbeddedS3.elsewhere(endpoint, serverOptions, credentials)
+    // Something else has the port now: a new one (addresses signed for the old one are lost).
+    server = await EmbeddedS3.start({ ...serverOptions, port: 0 })
+  }
+  const state: EmbeddedState = { ...credentials, port: Number(new URL(server.endpoint).port) }
+  await mkdir(config.dataDir, { recursive: true })
+  await writeFile(stateFile, `${JSON.stringify(state)}\n`, { mode: 0o600 })
+  return server
 }

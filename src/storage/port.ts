@@ -9,6 +9,12 @@ export interface PresignedUpload {
   headers: Record<string, string>
 }
 
+/** What an object is served with. */
+export interface StoredHeaders {
+  contentType: string
+  contentDisposition: string
+}
+
 export interface ObjectInfo {
   size: number
   contentType: string | null
@@ -22,15 +28,27 @@ export interface ObjectStore {
     expiresInSeconds: number,
     signingDate: Date,
   ): Promise<PresignedUpload>
-  /** A GET address for `key` whose response carries `Content-Disposition: attachment` with `fileName`. */
-  presignGet(key: string, fileName: string, expiresInSeconds: number, signingDate: Date): Promise<string>
+  /**
+   * A GET address for `key`. The response's Content-Disposition is the one stored with the object
+   * (`copy`, `put`): no per-download override, whose signed characters stores canonicalise differently.
+   */
+  presignGet(key: string, expiresInSeconds: number, signingDate: Date): Promise<string>
   /** The object's size and type, or null when there is no such object. */
   head(key: string): Promise<ObjectInfo | null>
   /** Deletes the object; deleting a missing object is not an error. */
   delete(key: string): Promise<void>
-  /** Stores bytes the service produced itself (generated reports). */
-  put(key: string, bytes: Uint8Array, contentType: string): Promise<void>
-  /** Resolves when the bucket answers; the readiness check. */
+  /** Stores bytes the service produced itself (generated reports), with the headers they are served with. */
+  put(key: string, bytes: Uint8Array, headers: StoredHeaders): Promise<void>
+  /**
+   * Copies `fromKey` to `toKey` inside the store, replacing its headers with `headers`; resolves to
+   * the copy's size, or null when `fromKey` does not exist.
+   */
+  copy(fromKey: string, toKey: string, headers: StoredHeaders): Promise<ObjectInfo | null>
+  /**
+   * Resolves when the bucket is usable with the configured credentials (a probe object can be read
+   * or written: HeadBucket needs a permission the service has no other use for, and some stores
+   * answer it differently); the readiness check.
+   */
   ready(): Promise<void>
   close(): Promise<void>
 }

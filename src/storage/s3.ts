@@ -1,7 +1,7 @@
 import {
+  CopyObjectCommand,
   DeleteObjectCommand,
   GetObjectCommand,
-  HeadBucketCommand,
   HeadObjectCommand,
   PutObjectCommand,
   S3Client,
@@ -9,8 +9,13 @@ import {
 } from '@aws-sdk/client-s3'
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner'
 import { type Config, ConfigError } from '../config.ts'
-import { contentDisposition } from './file-metadata.ts'
-import { type ObjectInfo, type ObjectStore, ObjectStoreError, type PresignedUpload } from './port.ts'
+import {
+  type ObjectInfo,
+  type ObjectStore,
+  ObjectStoreError,
+  type PresignedUpload,
+  type StoredHeaders,
+} from './port.ts'
 
 // The S3 adapter of the object-store port, for any S3-compatible store (AWS, MinIO, the embedded
 // server). Two clients: one for the calls the service makes itself (endpoint), one that only signs
@@ -30,6 +35,8 @@ export interface S3StoreOptions {
   requestTimeoutMs?: number
 }
 
+/** The object the readiness check reads, and writes when it is missing. */
+const READINESS_PROBE = '.platform/readiness'
 const CONNECTION_TIMEOUT_MS = 3_000
 const REQUEST_TIMEOUT_MS = 10_000
 
@@ -85,12 +92,8 @@ export class S3ObjectStore implements ObjectStore {
     return { url, headers: { 'Content-Type': contentType } }
   }
 
-  presignGet(key: string, fileName: string, expiresInSeconds: number, signingDate: Date): Promise<string> {
-    const command = new GetObjectCommand({
-      Bucket: this.#bucket,
-      Key: key,
-      ResponseContentDisposition: contentDisposition(fileName),
-    })
+  presignGet(key: string, expiresInSeconds: number, signingDate: Date): Promise<string> {
+    const command = new GetObjectCommand({ Bucket: this.#bucket, Key: key })
     return this.#sign('GetObject', command, expiresInSeconds, signingDate)
   }
 
@@ -113,14 +116,15 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async put(key: string, bytes: Uint8Array, contentType: string): Promise<void> {
+  async put(key: string, bytes: Uint8Array, headers: StoredHeaders): Promise<void> {
     try {
       await this.#client.send(
         new PutObjectCommand({
           Bucket: this.#bucket,
           Key: key,
           Body: bytes,
-          ContentType: contentType,
+          ContentType: headers.contentType,
+          ContentDisposition: headers.contentDisposition,
           ContentLength: bytes.byteLength,
         }),
       )
@@ -129,9 +133,33 @@ export class S3ObjectStore implements ObjectStore {
     }
   }
 
-  async ready(): Promise<void> {
+  async copy(fromKey: string, toKey: string, headers: StoredHeaders): Promise<ObjectInfo | null> {
     try {
-      await this.#client.send(new HeadBucketCommand({ Bucket: this.#bucket }))
+      await this.#client.send(
+        new CopyObjectCommand({
+          Bucket: this.#bucket,
+          Key: toKey,
+          CopySource: `${this.#bucket}/${fromKey.split('/').map(encodeURIComponent).join('/')}`,
+          MetadataDirective: 'REPLACE',
+          ContentType: headers.contentType,
+          ContentDisposition: headers.contentDisposition,
+        }),
+      )
+    } catch (error) {
+      if (isNotFound(error)) return null
+      throw new ObjectStoreError('CopyObject failed', { cause: error })
+    }
+    return this.head(toKey)
+  }
+
+  async ready(): Promise<void> {
+    // A store that refuses HEAD of a missing key (403 without ListBucket) still gets the PUT.
+    if (await this.head(READINESS_PROBE).catch(() => null)) return
+    try {
+      await this.put(READINESS_PROBE, new TextEncoder().encode('ok'), {
+        contentType: 'text/plain',
+        contentDisposition: 'attachment',
+      })
     } catch (error) {
       throw new ObjectStoreError(`the bucket ${this.#bucket} does not answer`, { cause: error })
     }

@@ -46,3 +46,11 @@ declare module '@20minutes/s3rver' {
     httpServer?: Server
   }
 }
+
+declare module '@20minutes/s3rver/lib/models/account.js' {
+  /** s3rver's account registry: a key pair created here is one s3rver accepts. */
+  const AWSAccount: {
+    DUMMY_ACCOUNT: { createKeyPair(accessKeyId: string, secretAccessKey: string): void }
+  }
+  export default AWSAccount
+}

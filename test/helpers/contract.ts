@@ -14,7 +14,10 @@ export function takeContractViolations(): string[] {
 }
 
 interface Operation {
-  responses?: Record<string, { content?: Record<string, { schema?: unknown }> }>
+  responses?: Record<
+    string,
+    { content?: Record<string, { schema?: unknown }>; headers?: Record<string, unknown> }
+  >
 }
 
 const pointer = (...segments: string[]) =>
@@ -76,6 +79,10 @@ export function checkRepliesAgainstDocument(app: FastifyInstance): void {
     if (!response) {
       violations.push(`${where}: status not in the document`)
       return payload
+    }
+    // A documented header is one the client may rely on: every reply with that status carries it.
+    for (const header of Object.keys(response.headers ?? {})) {
+      if (!reply.hasHeader(header)) violations.push(`${where}: documented header ${header} missing`)
     }
     if (reply.statusCode === 204 || request.method === 'HEAD' || reply.statusCode === 302) return payload
     const content = response.content ?? {}

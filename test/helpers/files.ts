@@ -2,6 +2,7 @@ import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { afterAll, beforeAll, expect } from 'vitest'
 import storagePlugin from '../../plugins/storage.ts'
 import filesRoutes from '../../routes/files/index.ts'
+import { ATTACHMENT_CONTENT_TYPES } from '../../src/services/purchase-requests.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, newUser, type Session, signIn } from './accounts.ts'
 import { createTestApp, type TestApp, type TestAppOptions } from './app.ts'
 import { queueOwnedPurchaseRequest } from './authz.ts'
@@ -22,7 +23,10 @@ export interface FilesTestApp extends TestApp {
 export async function withFiles(app: FastifyInstance): Promise<void> {
   if (!app.hasDecorator('files')) await app.register(storagePlugin)
   if (!app.files.resourceTypes().includes('purchase_request')) {
-    app.files.registerResourceType('purchase_request', { objectType: 'purchase_request' })
+    app.files.registerResourceType('purchase_request', {
+      objectType: 'purchase_request',
+      contentTypes: ATTACHMENT_CONTENT_TYPES,
+    })
   }
   if (!app.hasRoute({ method: 'POST', url: '/api/storage/files' })) await app.register(filesRoutes)
 }
