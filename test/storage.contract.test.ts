@@ -347,4 +347,36 @@ describe('the launchers’ embedded server (startEmbeddedStorage)', () => {
       await rm(dataDir, { recursive: true, force: true })
     }
   })
+
+  it('lets a second process of the same data directory use the server the first one runs', async () => {
+    const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-embedded-s3-'))
+    const source = { 'platform.auth.jwt.secret': testSecret(), 'platform.data-dir': dataDir }
+    const first = await startEmbeddedStorage(loadConfig(source))
+    try {
+      if (!first) throw new Error('expected an embedded server')
+      // Its port is taken by the first: the second finds the server there instead of failing.
+      const second = await startEmbeddedStorage(loadConfig(source))
+      if (!second) throw new Error('expected an embedded server')
+      expect(second.endpoint).toBe(first.endpoint)
+      const store = createObjectStore(loadConfig({ ...source, ...second.configSource() }))
+      try {
+        await store.ready()
+        await store.put('shared', new TextEncoder().encode('shared'), {
+          contentType: 'text/plain',
+          contentDisposition: 'attachment',
+        })
+        expect(await store.head('shared')).toEqual({ size: 6, contentType: 'text/plain' })
+      } finally {
+        await store.close()
+        await second.close()
+      }
+      // Closing the second leaves the first serving.
+      const again = createObjectStore(loadConfig({ ...source, ...first.configSource() }))
+      expect(await again.head('shared')).toEqual({ size: 6, contentType: 'text/plain' })
+      await again.close()
+    } finally {
+      await first?.close()
+      await rm(dataDir, { recursive: true, force: true })
+    }
+  })
 })

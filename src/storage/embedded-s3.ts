@@ -1,5 +1,6 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { mkdir, readFile, writeFile } from 'node:fs/promises'
+import { createServer as createNetServer } from 'node:net'
 import path from 'node:path'
 import S3rver, { type S3rverContext, type S3rverMiddleware } from '@20minutes/s3rver'
 import AWSAccount from '@20minutes/s3rver/lib/models/account.js'
@@ -251,6 +252,9 @@ export class EmbeddedS3 {
     // s3rver checks the key exists after the signature check above has accepted the request.
     AWSAccount.DUMMY_ACCOUNT.createKeyPair(credentials.accessKeyId, credentials.secretAccessKey)
     server.middleware.unshift(signatureCheck(credentials))
+    // s3rver reports a busy port as an 'error' event nobody listens to, which would end the process:
+    // a port of our choice is tried first, so the caller gets EADDRINUSE as a rejection.
+    if (options.port) await ensurePortFree(host, options.port)
     const address = await server.run()
     return new EmbeddedS3(server, `http://${host}:${address.port}`, options, credentials)
   }
@@ -355,4 +359,13 @@ export async function startEmbeddedStorage(
   await mkdir(config.dataDir, { recursive: true })
   await writeFile(stateFile, `${JSON.stringify(state)}\n`, { mode: 0o600 })
   return server
+}
+
+/** Rejects with EADDRINUSE (or another listen error) unless `host:port` can be bound now. */
+function ensurePortFree(host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const probe = createNetServer()
+    probe.once('error', reject)
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve()))
+  })
 }
