@@ -14,7 +14,64 @@ export const SecuritySchemes = {
   apiKey: 'apiKey',
 } as const
 
-async function docsPlugin(app: FastifyInstance) {
+interface OpenApiDocument {
+  paths?: Record<string, unknown>
+  components?: { schemas?: Record<string, unknown> }
+  [key: string]: unknown
+}
+
+const NAMED = /^[A-Z][A-Za-z0-9]*$/
+
+/** JSON with sorted keys and without `$id`, to compare two renderings of one schema. */
+const canonical = (value: unknown): string =>
+  JSON.stringify(value, (key, inner) =>
+    key === '$id'
+      ? undefined
+      : inner && typeof inner === 'object' && !Array.isArray(inner)
+        ? Object.fromEntries(Object.entries(inner).sort(([a], [b]) => a.localeCompare(b)))
+        : inner,
+  )
+
+/**
+ * Moves every schema with a component-like `title` out of the operations into
+ * `components.schemas`, leaving a `$ref` in its place. Two different schemas under one name are a
+ * programming error and fail the build of the document.
+ */
+export function hoistNamedSchemas(document: OpenApiDocument): OpenApiDocument {
+  document.components ??= {}
+  document.components.schemas ??= {}
+  const schemas = document.components.schemas
+  const visit = (node: unknown, isSchema: boolean, component = false): unknown => {
+    if (Array.isArray(node)) return node.map((item) => visit(item, isSchema))
+    if (node === null || typeof node !== 'object') return node
+    const entries = Object.entries(node as Record<string, unknown>).map(([key, value]) => {
+      // Below `properties`, the keys are names, the values schemas; elsewhere a key says what follows.
+      const childIsSchema = key === 'properties' ? false : isSchema || key === 'schema'
+      return [key, visit(value, key === 'properties' || childIsSchema)] as const
+    })
+    const copy = Object.fromEntries(entries)
+    const title = copy.title
+    if (component || !isSchema || typeof title !== 'string' || !NAMED.test(title) || '$ref' in copy)
+      return copy
+    const existing = schemas[title]
+    if (existing !== undefined && canonical(existing) !== canonical(copy)) {
+      throw new Error(`two different schemas are named ${title}:\n${canonical(existing)}\n${canonical(copy)}`)
+    }
+    schemas[title] = copy
+    return { $ref: `#/components/schemas/${title}` }
+  }
+  // The components first, so a named schema inside one is a reference there too.
+  for (const [name, schema] of Object.entries(schemas)) schemas[name] = visit(schema, true, true)
+  document.paths = visit(document.paths, false) as Record<string, unknown>
+  return document
+}
+
+export interface DocsPluginOptions {
+  /** false: `/` is left to the demo console. */
+  root?: boolean
+}
+
+async function docsPlugin(app: FastifyInstance, options: DocsPluginOptions) {
   const { auth } = app.config
   await app.register(swagger, {
     openapi: {
@@ -72,6 +129,10 @@ async function docsPlugin(app: FastifyInstance) {
         url,
       }
     },
+    // Named schemas (a `title`) become components wherever a route uses them, so a generated client
+    // has one reusable type per resource (issue 13).
+    transformObject: (documentObject) =>
+      hoistNamedSchemas((documentObject as { openapiObject: OpenApiDocument }).openapiObject) as never,
     refResolver: {
       // Shared schemas keep their $id as their component name (`Problem`), not `def-0`.
       buildLocalReference: (json, _baseUri, _fragment, i) =>
@@ -97,10 +158,12 @@ async function docsPlugin(app: FastifyInstance) {
     })
   })
   app.get('/v3/api-docs', { config: { public: true }, schema: { hide: true } }, async () => app.swagger())
-  // The root points newcomers to the interactive docs.
-  app.get('/', { config: { public: true }, schema: { hide: true } }, (_request, reply) =>
-    reply.redirect('/docs'),
-  )
+  // The root points newcomers to the interactive docs, unless the demo console has it.
+  if (options.root !== false) {
+    app.get('/', { config: { public: true }, schema: { hide: true } }, (_request, reply) =>
+      reply.redirect('/docs'),
+    )
+  }
 }
 
 export default fp(docsPlugin, { name: 'docs', fastify: '5.x', dependencies: ['config'] })

@@ -15,10 +15,13 @@ declare module 'fastify' {
 
 const CHECK_TIMEOUT_MS = 2_000
 
-const Health = Type.Object({
-  status: Type.Literal('UP'),
-  checks: Type.Optional(Type.Record(Type.String(), Type.Literal('UP'))),
-})
+const Health = Type.Object(
+  {
+    status: Type.Literal('UP'),
+    checks: Type.Optional(Type.Record(Type.String(), Type.Literal('UP'))),
+  },
+  { $id: 'Health', title: 'Health', description: 'UP, with the state of each readiness check' },
+)
 
 async function withTimeout(check: ReadinessCheck): Promise<void> {
   let timer: NodeJS.Timeout | undefined

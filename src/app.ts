@@ -68,6 +68,8 @@ export interface AppDependencies {
   startHousekeeping?: boolean
   /** An object store the caller owns (tests); otherwise S3 at platform.storage.s3.endpoint. */
   objectStore?: ObjectStore
+  /** true: the demo console at `/` (npm run dev; never under the production profile). */
+  console?: boolean
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
@@ -207,7 +209,16 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   // The app's own decorators, in dependency order.
   await app.register(configPlugin, { config, clock: deps.clock ?? systemClock })
   await app.register(errorsPlugin)
-  if (config.docs.enabled) await app.register(docsPlugin)
+  // A POST with no body but a JSON content type is what most fetch wrappers send: on a route that
+  // takes no body it is no body, not malformed JSON. Anything else goes to Fastify's own parser
+  // (prototype poisoning refused).
+  const parseJson = app.getDefaultJsonParser('error', 'error')
+  app.removeContentTypeParser('application/json')
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    if (body === '' && !request.routeOptions.schema?.body) return done(null, undefined)
+    return parseJson(request, body as string, done)
+  })
+  if (config.docs.enabled) await app.register(docsPlugin, { root: !deps.console })
   await app.register(dbPlugin, deps.database ? { database: deps.database } : {})
   await app.register(metricsPlugin)
   await app.register(healthPlugin)
@@ -233,6 +244,12 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(organizationsRoutes)
   await app.register(filesRoutes)
   await app.register(purchaseRequestRoutes)
+  if (deps.console) {
+    if (config.profile === 'production') throw new Error('the demo console is not served under production')
+    // Loaded only when asked for: it bundles the console with esbuild, a development dependency.
+    const { default: consolePlugin } = await import('../plugins/console.ts')
+    await app.register(consolePlugin)
+  }
 
   return app
 }

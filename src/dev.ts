@@ -48,7 +48,7 @@ try {
     process.env.LOG_FORMAT === 'json'
       ? undefined
       : pinoPretty({ colorize: process.stdout.isTTY, translateTime: 'HH:MM:ss', ignore: 'pid,hostname' })
-  const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info', logStream })
+  const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info', logStream, console: true })
   app.addHook('onClose', async () => embeddedS3?.close())
   await app.ready()
   const demo = await ensureDemoAdmin(app, dataDir)

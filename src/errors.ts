@@ -73,7 +73,12 @@ export const Problem = Type.Object(
     title: Type.String(),
     status: Type.Integer(),
     detail: Type.Optional(Type.String()),
-    code: Type.String({ description: 'Stable machine-readable error code', examples: ['NOT_FOUND'] }),
+    code: Type.Unsafe<ErrorCode>({
+      type: 'string',
+      enum: Object.keys(ErrorCatalogue),
+      description: 'Stable machine-readable error code: one of the catalogue',
+      examples: ['NOT_FOUND'],
+    }),
     errors: Type.Optional(
       Type.Array(Type.Object({ path: Type.String(), message: Type.String() }), {
         description: 'Present on VALIDATION_FAILED: one entry per invalid value',

@@ -4,7 +4,16 @@ import { runWithTenant } from '../src/context.ts'
 import type { UserPrincipal } from '../src/principal.ts'
 import { stagingKey } from '../src/services/files.ts'
 import { sanitizeFileName } from '../src/storage/file-metadata.ts'
-import { asUser, expectProblem, newUser, refresh, type Session, sessionOf, signIn, UUID } from './helpers/accounts.ts'
+import {
+  asUser,
+  expectProblem,
+  newUser,
+  refresh,
+  type Session,
+  sessionOf,
+  signIn,
+  UUID,
+} from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
 import {

@@ -4,8 +4,54 @@ import { Type } from '@sinclair/typebox'
 import { problemResponses } from '../../src/errors.ts'
 import { requireUser } from '../../src/principal.ts'
 import { enforceRateLimits } from '../../src/services/rate-limit.ts'
+import { Empty } from '../users/schemas.ts'
 
-const Empty = Type.Object({}, { additionalProperties: false })
+const PasswordResetRequest = Type.Object(
+  { email: Type.String({ minLength: 1, maxLength: 320 }) },
+  {
+    additionalProperties: false,
+    $id: 'PasswordResetRequest',
+    title: 'PasswordResetRequest',
+    description: 'The account to email a reset link to',
+  },
+)
+
+const PasswordResetConfirmation = Type.Object(
+  {
+    token: Type.String({ minLength: 1, maxLength: 200 }),
+    newPassword: Type.String({ minLength: 1, maxLength: 1024 }),
+  },
+  {
+    additionalProperties: false,
+    $id: 'PasswordResetConfirmation',
+    title: 'PasswordResetConfirmation',
+    description: 'The token of an invitation or reset link, and the new password',
+  },
+)
+
+const OtpSetup = Type.Object(
+  {
+    secret: Type.String({ description: 'Base32 secret, for manual entry' }),
+    otpauthUri: Type.String(),
+    qrCodeSvg: Type.String({ description: 'The otpauth URI as an SVG QR code' }),
+  },
+  { $id: 'OtpSetup', title: 'OtpSetup', description: 'A new TOTP secret, inactive until enabled' },
+)
+
+const OtpEnableRequest = Type.Object(
+  { code: Type.String({ minLength: 1, maxLength: 16 }) },
+  {
+    additionalProperties: false,
+    $id: 'OtpEnableRequest',
+    title: 'OtpEnableRequest',
+    description: 'A current code of the new secret',
+  },
+)
+
+const BackupCodes = Type.Object(
+  { backupCodes: Type.Array(Type.String(), { minItems: 10, maxItems: 10 }) },
+  { $id: 'BackupCodes', title: 'BackupCodes', description: 'Ten single-use backup codes, shown once' },
+)
 
 const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   const { config, clock, db } = app
@@ -18,10 +64,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['authentication'],
         operationId: 'requestPasswordReset',
         summary: 'Email a reset link; answers 202 whether or not the account exists',
-        body: Type.Object(
-          { email: Type.String({ minLength: 1, maxLength: 320 }) },
-          { additionalProperties: false },
-        ),
+        body: PasswordResetRequest,
         response: { 202: Empty, ...problemResponses(429) },
       },
     },
@@ -46,13 +89,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['authentication'],
         operationId: 'confirmPasswordReset',
         summary: 'Set a new password with the token of an invitation or reset link',
-        body: Type.Object(
-          {
-            token: Type.String({ minLength: 1, maxLength: 200 }),
-            newPassword: Type.String({ minLength: 1, maxLength: 1024 }),
-          },
-          { additionalProperties: false },
-        ),
+        body: PasswordResetConfirmation,
         response: { 200: Empty, ...problemResponses(400, 429) },
       },
     },
@@ -77,11 +114,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'setupOtp',
         summary: 'Generate a TOTP secret (not active until enabled with a valid code)',
         response: {
-          200: Type.Object({
-            secret: Type.String({ description: 'Base32 secret, for manual entry' }),
-            otpauthUri: Type.String(),
-            qrCodeSvg: Type.String({ description: 'The otpauth URI as an SVG QR code' }),
-          }),
+          200: OtpSetup,
           ...problemResponses(401, 403, 404, 409),
         },
       },
@@ -99,12 +132,9 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['authentication'],
         operationId: 'enableOtp',
         summary: 'Turn the second factor on with a valid code; returns 10 single-use backup codes once',
-        body: Type.Object(
-          { code: Type.String({ minLength: 1, maxLength: 16 }) },
-          { additionalProperties: false },
-        ),
+        body: OtpEnableRequest,
         response: {
-          200: Type.Object({ backupCodes: Type.Array(Type.String(), { minItems: 10, maxItems: 10 }) }),
+          200: BackupCodes,
           ...problemResponses(400, 401, 403, 404, 409),
         },
       },

@@ -1,6 +1,5 @@
 // The user session endpoints of spec 4.1: login, refresh, logout, logout-all and session management.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
 import { AppError, problemResponses } from '../../src/errors.ts'
 import { requireUser } from '../../src/principal.ts'
 import { enforceRateLimits, giveBack } from '../../src/services/rate-limit.ts'
@@ -12,6 +11,7 @@ import {
   ServiceTokenRequest,
   ServiceTokenResponse,
   SessionItem,
+  SessionList,
   SessionParams,
   SessionResponse,
 } from './schemas.ts'
@@ -22,7 +22,26 @@ const sessionResponse = (session: IssuedSession) => ({
   sessionId: session.sessionId,
 })
 
+/**
+ * A response that sets the session cookies (spec 3.1): the access cookie (path `/`) and the refresh
+ * cookie (path `/api/auth`), both httpOnly; clients never read them.
+ */
+function withSessionCookies<T extends { description?: string }>(schema: T) {
+  return {
+    description: schema.description ?? 'Signed in',
+    headers: {
+      'Set-Cookie': {
+        type: 'string',
+        description:
+          'The httpOnly access-token cookie (path /) and refresh-token cookie (path /api/auth), SameSite and Secure as configured (platform.auth.cookie.*)',
+      },
+    },
+    content: { 'application/json': { schema } },
+  }
+}
+
 const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.addSchema(SessionItem)
   const { config, clock, db } = app
   const refreshCookie = config.auth.cookie.refreshTokenName
 
@@ -35,7 +54,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'login',
         summary: 'Sign in with email and password (and OTP code when enabled); sets the session cookies',
         body: LoginRequest,
-        response: { 200: SessionResponse, ...problemResponses(401, 429) },
+        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429) },
       },
     },
     async (request, reply) => {
@@ -73,7 +92,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         description:
           'Each refresh token is single use. Presenting a rotated token again revokes its whole session ' +
           '(401 REFRESH_TOKEN_REUSED). Clients serialise refreshes.',
-        response: { 200: SessionResponse, ...problemResponses(401, 429, 503) },
+        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429, 503) },
       },
     },
     async (request, reply) => {
@@ -135,7 +154,13 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['authentication'],
         operationId: 'logout',
         summary: 'Revoke the session of the presented refresh cookie and clear the cookies',
-        response: { 204: NoContent },
+        response: {
+          204: {
+            type: 'null',
+            description: 'Signed out; both cookies are cleared',
+            headers: { 'Set-Cookie': { type: 'string', description: 'Expires both session cookies' } },
+          },
+        },
       },
     },
     async (request, reply) => {
@@ -170,7 +195,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags: ['authentication'],
         operationId: 'listSessions',
         summary: "The signed-in user's active sessions",
-        response: { 200: Type.Array(SessionItem), ...problemResponses(401, 403) },
+        response: { 200: SessionList, ...problemResponses(401, 403) },
       },
     },
     async (request) => {

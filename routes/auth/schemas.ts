@@ -14,22 +14,40 @@ export const LoginRequest = Type.Object(
       }),
     ),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    $id: 'LoginRequest',
+    title: 'LoginRequest',
+    description: 'Credentials, and the second factor when the account has one',
+  },
 )
 
 export const SessionResponse = Type.Object(
   { userId: Uuid, organizationId: Uuid, sessionId: Uuid },
-  { description: 'Who is signed in; the tokens travel only in httpOnly cookies' },
+  {
+    $id: 'SessionResponse',
+    title: 'SessionResponse',
+    description: 'Who is signed in; the tokens travel only in httpOnly cookies',
+  },
 )
 
-export const SessionItem = Type.Object({
-  sessionId: Uuid,
-  createdAt: DateTime,
-  lastUsedAt: DateTime,
-  expiresAt: DateTime,
-  userAgent: Type.Union([Type.String(), Type.Null()]),
-  ipAddress: Type.Union([Type.String(), Type.Null()]),
-  current: Type.Boolean({ description: 'True for the session of the calling access token' }),
+export const SessionItem = Type.Object(
+  {
+    sessionId: Uuid,
+    createdAt: DateTime,
+    lastUsedAt: DateTime,
+    expiresAt: DateTime,
+    userAgent: Type.Union([Type.String(), Type.Null()]),
+    ipAddress: Type.Union([Type.String(), Type.Null()]),
+    current: Type.Boolean({ description: 'True for the session of the calling access token' }),
+  },
+  { $id: 'SessionItem', title: 'SessionItem', description: 'An active session of the signed-in user' },
+)
+
+export const SessionList = Type.Array(Type.Ref(SessionItem), {
+  $id: 'SessionList',
+  title: 'SessionList',
+  description: "The user's active sessions, most recently used first",
 })
 
 export const SessionParams = Type.Object({ sessionId: Uuid })
@@ -41,11 +59,19 @@ export const ServiceTokenRequest = Type.Object(
     clientId: Type.String({ minLength: 1, maxLength: 100 }),
     clientSecret: Type.String({ minLength: 1, maxLength: 256 }),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    $id: 'ServiceTokenRequest',
+    title: 'ServiceTokenRequest',
+    description: 'Client credentials of a service account',
+  },
 )
 
-export const ServiceTokenResponse = Type.Object({
-  accessToken: Type.String({ description: 'Signed JWT (service audience); send as Authorization: Bearer' }),
-  tokenType: Type.Literal('Bearer'),
-  expiresInSeconds: Type.Integer({ description: 'The access-token lifetime in seconds' }),
-})
+export const ServiceTokenResponse = Type.Object(
+  {
+    accessToken: Type.String({ description: 'Signed JWT (service audience); send as Authorization: Bearer' }),
+    tokenType: Type.Literal('Bearer'),
+    expiresInSeconds: Type.Integer({ description: 'The access-token lifetime in seconds' }),
+  },
+  { $id: 'ServiceTokenResponse', title: 'ServiceTokenResponse', description: 'A service access token' },
+)

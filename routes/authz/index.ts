@@ -13,7 +13,17 @@ const CheckRequest = Type.Object(
     objectType: Identifier,
     objectId: Type.String({ minLength: 1, maxLength: 256, pattern: '^[^\\s#:*]+$' }),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    $id: 'PermissionCheckRequest',
+    title: 'PermissionCheckRequest',
+    description: 'The relation to check on objectType:objectId, for the caller',
+  },
+)
+
+const PermissionCheck = Type.Object(
+  { allowed: Type.Boolean() },
+  { $id: 'PermissionCheck', title: 'PermissionCheck', description: 'Whether the caller has the relation' },
 )
 
 const authzRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -26,7 +36,7 @@ const authzRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'checkPermission',
         summary: 'Whether the caller has the relation on the object (false when denied, never 403)',
         body: CheckRequest,
-        response: { 200: Type.Object({ allowed: Type.Boolean() }), ...problemResponses(401, 403, 503) },
+        response: { 200: PermissionCheck, ...problemResponses(401, 403, 503) },
       },
     },
     async (request) => {

@@ -18,6 +18,7 @@ import {
 } from './schemas.ts'
 
 const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.addSchema(FileRecord)
   app.addHook('onRequest', requireAuthentication)
 
   app.post(

@@ -27,23 +27,34 @@ export const InitiateUploadRequest = Type.Object(
       examples: ['application/pdf'],
     }),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    $id: 'InitiateUploadRequest',
+    title: 'InitiateUploadRequest',
+    description: 'The file to upload and the resource it belongs to',
+  },
 )
 
-export const InitiatedUpload = Type.Object({
-  fileId: Uuid,
-  uploadUrl: Type.String({ description: 'Pre-signed address: PUT the bytes here, with uploadHeaders' }),
-  expiresAt: DateTime,
-  uploadHeaders: Type.Record(Type.String(), Type.String(), {
-    description: 'Headers the PUT must carry exactly (they are part of the signature)',
-  }),
-})
+export const InitiatedUpload = Type.Object(
+  {
+    fileId: Uuid,
+    uploadUrl: Type.String({ description: 'Pre-signed address: PUT the bytes here, with uploadHeaders' }),
+    expiresAt: DateTime,
+    uploadHeaders: Type.Record(Type.String(), Type.String(), {
+      description: 'Headers the PUT must carry exactly (they are part of the signature)',
+    }),
+  },
+  { $id: 'Upload', title: 'Upload', description: 'Where and how to PUT the bytes, until expiresAt' },
+)
 
-export const FileStatus = Type.Union([
-  Type.Literal('PENDING'),
-  Type.Literal('CONFIRMED'),
-  Type.Literal('REJECTED'),
-])
+export const FileStatus = Type.Union(
+  [Type.Literal('PENDING'), Type.Literal('CONFIRMED'), Type.Literal('REJECTED')],
+  {
+    $id: 'FileStatus',
+    title: 'FileStatus',
+    description: 'PENDING until confirmed; REJECTED over the size limit',
+  },
+)
 
 export const FileRecord = Type.Object(
   {
@@ -61,7 +72,7 @@ export const FileRecord = Type.Object(
     createdAt: DateTime,
     confirmedAt: Type.Union([DateTime, Type.Null()]),
   },
-  { description: 'File record (spec 2.10)' },
+  { $id: 'FileRecord', title: 'FileRecord', description: 'File record (spec 2.10)' },
 )
 
 export const FileParams = Type.Object({ fileId: Uuid })
@@ -71,14 +82,20 @@ export const ListFilesQuery = Type.Object(
   { additionalProperties: false },
 )
 
-export const FileList = Type.Object({ items: Type.Array(FileRecord) })
+export const FileList = Type.Object(
+  { items: Type.Array(Type.Ref(FileRecord)) },
+  { $id: 'FileList', title: 'FileList', description: "A resource's confirmed files, oldest first" },
+)
 
-export const DownloadUrl = Type.Object({
-  downloadUrl: Type.String({
-    description: 'Pre-signed GET address; the response names the file (Content-Disposition)',
-  }),
-  expiresAt: DateTime,
-})
+export const DownloadUrl = Type.Object(
+  {
+    downloadUrl: Type.String({
+      description: 'Pre-signed GET address; the response names the file (Content-Disposition)',
+    }),
+    expiresAt: DateTime,
+  },
+  { $id: 'DownloadUrl', title: 'DownloadUrl', description: 'A pre-signed download address, until expiresAt' },
+)
 
 /** The API shape of a file row; used by every route that answers with a file record. */
 export function toFileRecord(row: FileRow) {

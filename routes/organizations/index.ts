@@ -20,6 +20,7 @@ import {
 } from './schemas.ts'
 
 const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.addSchema(ConfigEntry)
   app.addHook('onRequest', requireAuthentication)
 
   /** preHandler: 403 ACCESS_DENIED unless the caller has `relation` on the organization of the path. */

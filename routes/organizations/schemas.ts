@@ -24,15 +24,31 @@ export const PutConfigRequest = Type.Object(
       description: `Any text up to ${CONFIG_VALUE_MAX_BYTES} bytes in UTF-8, without NUL characters`,
     }),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    $id: 'PutConfigRequest',
+    title: 'PutConfigRequest',
+    description: 'The new value of the entry',
+  },
 )
 
 export const ConfigEntry = Type.Object(
   { key: Type.String(), value: Type.String(), updatedAt: DateTime },
-  { description: 'A configuration entry of the organization (spec 2.11)' },
+  {
+    $id: 'ConfigEntry',
+    title: 'ConfigEntry',
+    description: 'A configuration entry of the organization (spec 2.11)',
+  },
 )
 
-export const ConfigEntryList = Type.Object({ items: Type.Array(ConfigEntry) })
+export const ConfigEntryList = Type.Object(
+  { items: Type.Array(Type.Ref(ConfigEntry)) },
+  {
+    $id: 'ConfigEntryList',
+    title: 'ConfigEntryList',
+    description: "The organization's configuration entries, by key",
+  },
+)
 
 export const NoContent = Type.Null({ description: 'No content' })
 

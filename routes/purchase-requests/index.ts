@@ -14,6 +14,7 @@ import { FileRecord, fileLocation, toFileRecord } from '../files/schemas.ts'
 import {
   CreatePurchaseRequest,
   History,
+  HistoryEntry,
   ListQuery,
   PurchaseRequest,
   type PurchaseRequestBody,
@@ -64,6 +65,7 @@ function decodeCursor(cursor: string): PageKey {
 
 const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(PurchaseRequest)
+  app.addSchema(HistoryEntry)
   // Attachments go through the generic file endpoints with resourceType purchase_request.
   app.files.registerResourceType('purchase_request', {
     objectType: 'purchase_request',
@@ -118,7 +120,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
     async (request) => {
       const { limit, cursor, status } = request.query
       const page = await service.list(requirePrincipal(request), {
-        limit,
+        limit: limit ?? 20,
         status,
         after: cursor ? decodeCursor(cursor) : undefined,
       })

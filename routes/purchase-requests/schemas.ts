@@ -18,37 +18,63 @@ export const PurchaseRequest = Type.Object(
     createdAt: DateTime,
     updatedAt: DateTime,
   },
-  { $id: 'PurchaseRequest', title: 'PurchaseRequest' },
+  {
+    $id: 'PurchaseRequest',
+    title: 'PurchaseRequest',
+    description: 'A purchase request (the example resource)',
+  },
 )
 export type PurchaseRequestBody = Static<typeof PurchaseRequest>
 
 export const CreatePurchaseRequest = Type.Object(
   { title: Type.String({ minLength: 1, maxLength: 255 }) },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    $id: 'CreatePurchaseRequest',
+    title: 'CreatePurchaseRequest',
+    description: 'A new DRAFT purchase request',
+  },
 )
 
 export const PurchaseRequestParams = Type.Object({ id: Uuid })
 
 export const ListQuery = Type.Object(
   {
-    limit: Type.Integer({ minimum: 1, maximum: 100, default: 20 }),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size' })),
     cursor: Type.Optional(Type.String({ maxLength: 200, description: 'nextCursor of the previous page' })),
     status: Type.Optional(Status),
   },
   { additionalProperties: false },
 )
 
-export const PurchaseRequestPage = Type.Object({
-  items: Type.Array(Type.Ref(PurchaseRequest)),
-  nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' }),
-})
+export const PurchaseRequestPage = Type.Object(
+  {
+    items: Type.Array(Type.Ref(PurchaseRequest)),
+    nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' }),
+  },
+  {
+    $id: 'PurchaseRequestPage',
+    title: 'PurchaseRequestPage',
+    description: 'A page of purchase requests, newest first',
+  },
+)
 
-export const HistoryEntry = Type.Object({
-  action: Type.String(),
-  fromStatus: Status,
-  toStatus: Status,
-  actorId: Type.String(),
-  occurredAt: DateTime,
-})
+export const HistoryEntry = Type.Object(
+  {
+    action: Type.String(),
+    fromStatus: Status,
+    toStatus: Status,
+    actorId: Type.String(),
+    occurredAt: DateTime,
+  },
+  {
+    $id: 'HistoryEntry',
+    title: 'HistoryEntry',
+    description: 'One transition of a purchase request (an audit row)',
+  },
+)
 
-export const History = Type.Object({ items: Type.Array(HistoryEntry) })
+export const History = Type.Object(
+  { items: Type.Array(Type.Ref(HistoryEntry)) },
+  { $id: 'History', title: 'History', description: 'The transitions of a purchase request, oldest first' },
+)

@@ -8,10 +8,28 @@ export const InviteUserRequest = Type.Object(
     organizationId: Uuid,
     role: Type.Optional(Type.Union([Type.Literal('admin'), Type.Literal('member')], { default: 'member' })),
   },
-  { additionalProperties: false },
+  {
+    additionalProperties: false,
+    $id: 'InviteUserRequest',
+    title: 'InviteUserRequest',
+    description: 'Who to invite, and with which role',
+  },
 )
 
-export const UserIdResponse = Type.Object({ userId: Uuid })
-export const UserStateResponse = Type.Object({ userId: Uuid, active: Type.Boolean() })
+export const UserIdResponse = Type.Object(
+  { userId: Uuid },
+  {
+    $id: 'UserIdResponse',
+    title: 'UserIdResponse',
+    description: 'The invited user (the invitation email is queued)',
+  },
+)
+export const UserStateResponse = Type.Object(
+  { userId: Uuid, active: Type.Boolean() },
+  { $id: 'UserState', title: 'UserState', description: 'Whether the user may sign in' },
+)
 export const UserParams = Type.Object({ id: Uuid })
-export const Empty = Type.Object({}, { additionalProperties: false })
+export const Empty = Type.Object(
+  {},
+  { additionalProperties: false, $id: 'Empty', title: 'Empty', description: 'Accepted; nothing to return' },
+)

@@ -1,0 +1,265 @@
+import createClient, { type Client } from 'openapi-fetch'
+import type { components, paths } from './schema.ts'
+
+// The platform's browser client: the calls are generated from /v3/api-docs (./schema.ts, through
+// openapi-fetch); this layer adds what spec 5.1 and decisions 6 ask of a client:
+// - restoreSession(): one refresh at start-up; failure means signed out (rule 2);
+// - a 401 on any call but login and refresh: refresh once, retry once, then report (rule 3);
+// - refreshes single-flight within a tab and serialised across tabs with the Web Locks API, with a
+//   BroadcastChannel telling the other tabs the outcome, so no two tabs ever present one refresh
+//   cookie (rotation is strict: that would revoke the session);
+// - uploads: initiate, PUT straight to the store with progress, confirm (one retry on
+//   UPLOAD_NOT_FOUND after 400 ms, spec 4.3);
+// - errors as PlatformError carrying the catalogue's `code`.
+
+export type Schemas = components['schemas']
+export type Problem = Schemas['Problem']
+export type ErrorCode = Problem['code']
+export type SessionResponse = Schemas['SessionResponse']
+export type FileRecord = Schemas['FileRecord']
+export type PlatformApi = Client<paths>
+export type { components, paths }
+
+/** An answer other than 2xx, with the problem document's `code`. */
+export class PlatformError extends Error {
+  readonly status: number
+  readonly code: ErrorCode | 'NETWORK_ERROR'
+  readonly problem: Problem | undefined
+
+  constructor(status: number, problem: Problem | undefined, message?: string) {
+    super(message ?? problem?.detail ?? problem?.title ?? `HTTP ${status}`)
+    this.name = 'PlatformError'
+    this.status = status
+    this.code = problem?.code ?? 'NETWORK_ERROR'
+    this.problem = problem
+  }
+}
+
+export type SessionState =
+  | { status: 'unknown' }
+  | { status: 'signed-in'; session: SessionResponse }
+  | { status: 'signed-out'; reason: 'no-session' | 'logout' | 'reuse-detected' | 'expired' }
+
+type Broadcast =
+  | { type: 'signed-in'; session: SessionResponse }
+  | { type: 'signed-out'; reason: 'logout' | 'reuse-detected' | 'expired' }
+
+export interface PlatformClientOptions {
+  /** Where the service answers; default: the page's origin. */
+  baseUrl?: string
+  /** The fetch to use (default: globalThis.fetch). */
+  fetch?: typeof fetch
+  /** Names the lock, channel and storage key shared by the tabs of one app (default `platform`). */
+  name?: string
+  /** Called whenever this tab's session state changes, including from another tab. */
+  onSessionChange?: (state: SessionState) => void
+}
+
+export interface UploadOptions {
+  resourceType: string
+  resourceId: string
+  file: Blob
+  fileName: string
+  /** Defaults to the Blob's type, else application/octet-stream. */
+  contentType?: string
+  /** Bytes sent so far, from the browser's upload progress events. */
+  onProgress?: (sent: number, total: number) => void
+}
+
+const AUTH_PATHS = ['/api/auth/login', '/api/auth/refresh']
+const CONFIRM_RETRY_MS = 400
+
+export interface PlatformClient {
+  /** The generated calls (openapi-fetch), with the 401 -> refresh -> retry rule applied. */
+  readonly api: PlatformApi
+  /**
+   * The fetch behind `api` (cookies included, 401 -> refresh -> retry): give it to a client generated
+   * for your own resources, `createClient<YourPaths>({ baseUrl, fetch: platform.fetch })`.
+   */
+  readonly fetch: (request: Request) => Promise<Response>
+  readonly state: SessionState
+  /** One refresh at start-up: signed in if the refresh cookie still holds a session. */
+  restoreSession(): Promise<SessionState>
+  login(body: Schemas['LoginRequest']): Promise<SessionResponse>
+  logout(): Promise<void>
+  /** Serialised across tabs; resolves to whether a session is live afterwards. */
+  refresh(): Promise<boolean>
+  upload(options: UploadOptions): Promise<FileRecord>
+  /** Stops listening to the other tabs. */
+  close(): void
+}
+
+/** Throws PlatformError unless the openapi-fetch result is a success; returns its data. */
+export function unwrap<T>(result: { data?: T; error?: unknown; response: Response }): T {
+  if (result.response.ok) return result.data as T
+  throw new PlatformError(result.response.status, result.error as Problem | undefined)
+}
+
+export function createPlatformClient(options: PlatformClientOptions = {}): PlatformClient {
+  const baseUrl = (options.baseUrl ?? globalThis.location?.origin ?? '').replace(/\/$/, '')
+  const baseFetch = options.fetch ?? globalThis.fetch.bind(globalThis)
+  const name = options.name ?? 'platform'
+  const lockName = `${name}:refresh`
+  const refreshedAtKey = `${name}:refreshed-at`
+  const channel =
+    typeof BroadcastChannel === 'undefined' ? undefined : new BroadcastChannel(`${name}:session`)
+  let state: SessionState = { status: 'unknown' }
+  let inflight: Promise<boolean> | undefined
+  // Without shared storage (outside a browser), this tab's own refreshes are all there is.
+  let lastRefreshInTab = 0
+
+  const setState = (next: SessionState) => {
+    state = next
+    options.onSessionChange?.(next)
+  }
+  const announce = (message: Broadcast) => channel?.postMessage(message)
+  channel?.addEventListener('message', (event: MessageEvent<Broadcast>) => {
+    const message = event.data
+    if (message.type === 'signed-in') setState({ status: 'signed-in', session: message.session })
+    else setState({ status: 'signed-out', reason: message.reason })
+  })
+
+  const refreshedAt = (): number => {
+    const stored = Number(globalThis.localStorage?.getItem(refreshedAtKey) ?? 0)
+    return Math.max(stored, lastRefreshInTab)
+  }
+  const markRefreshed = () => {
+    lastRefreshInTab = Date.now()
+    globalThis.localStorage?.setItem(refreshedAtKey, String(lastRefreshInTab))
+  }
+
+  /** Runs `task` holding the tabs' refresh lock (in this tab only when Web Locks are missing). */
+  const exclusive = <T>(task: () => Promise<T>): Promise<T> => {
+    const locks = globalThis.navigator?.locks
+    return locks ? (locks.request(lockName, task) as Promise<T>) : task()
+  }
+
+  const callRefresh = async (): Promise<boolean> => {
+    const response = await baseFetch(`${baseUrl}/api/auth/refresh`, {
+      method: 'POST',
+      credentials: 'include',
+    })
+    if (response.ok) {
+      const session = (await response.json()) as SessionResponse
+      markRefreshed()
+      setState({ status: 'signed-in', session })
+      announce({ type: 'signed-in', session })
+      return true
+    }
+    const problem = (await response.json().catch(() => undefined)) as Problem | undefined
+    if (problem?.code === 'REFRESH_TOKEN_REUSED') {
+      setState({ status: 'signed-out', reason: 'reuse-detected' })
+      announce({ type: 'signed-out', reason: 'reuse-detected' })
+    } else if (response.status === 401) {
+      const wasSignedIn = state.status === 'signed-in'
+      setState({ status: 'signed-out', reason: wasSignedIn ? 'expired' : 'no-session' })
+      if (wasSignedIn) announce({ type: 'signed-out', reason: 'expired' })
+    } else {
+      throw new PlatformError(response.status, problem)
+    }
+    return false
+  }
+
+  /**
+   * A refresh for a 401 seen at `since`: single-flight in this tab; across tabs one at a time, and
+   * skipped when another tab refreshed after `since` (its new cookies already serve this tab).
+   */
+  const refreshSince = (since: number): Promise<boolean> => {
+    inflight ??= exclusive(async () => {
+      if (refreshedAt() > since) return true
+      return callRefresh()
+    }).finally(() => {
+      inflight = undefined
+    })
+    return inflight
+  }
+
+  const authFetch = async (request: Request): Promise<Response> => {
+    const path = new URL(request.url).pathname
+    const retry = AUTH_PATHS.includes(path) ? undefined : request.clone()
+    const sentAt = Date.now()
+    const response = await baseFetch(request)
+    if (response.status !== 401 || !retry) return response
+    if (!(await refreshSince(sentAt))) return response
+    return baseFetch(retry)
+  }
+
+  const api = createClient<paths>({ baseUrl, fetch: authFetch, credentials: 'include' })
+
+  const putWithProgress = (url: string, headers: Record<string, string>, options: UploadOptions) =>
+    new Promise<void>((resolve, reject) => {
+      if (typeof XMLHttpRequest === 'undefined') {
+        baseFetch(url, { method: 'PUT', headers, body: options.file }).then(
+          (r) =>
+            r.ok
+              ? resolve()
+              : reject(new PlatformError(r.status, undefined, `The store refused the upload (${r.status})`)),
+          reject,
+        )
+        return
+      }
+      const xhr = new XMLHttpRequest()
+      xhr.open('PUT', url)
+      for (const [header, value] of Object.entries(headers)) xhr.setRequestHeader(header, value)
+      xhr.upload.addEventListener('progress', (event) => options.onProgress?.(event.loaded, event.total))
+      xhr.addEventListener('load', () =>
+        xhr.status >= 200 && xhr.status < 300
+          ? resolve()
+          : reject(new PlatformError(xhr.status, undefined, `The store refused the upload (${xhr.status})`)),
+      )
+      xhr.addEventListener('error', () =>
+        reject(new PlatformError(0, undefined, 'The upload did not reach the store')),
+      )
+      xhr.send(options.file)
+    })
+
+  return {
+    api,
+    fetch: authFetch,
+    get state() {
+      return state
+    },
+    async restoreSession() {
+      await refreshSince(Date.now())
+      return state
+    },
+    async login(body) {
+      const session = unwrap(await api.POST('/api/auth/login', { body }))
+      markRefreshed()
+      setState({ status: 'signed-in', session })
+      announce({ type: 'signed-in', session })
+      return session
+    },
+    async logout() {
+      await api.POST('/api/auth/logout')
+      setState({ status: 'signed-out', reason: 'logout' })
+      announce({ type: 'signed-out', reason: 'logout' })
+    },
+    refresh: () => refreshSince(Date.now()),
+    async upload(upload) {
+      const contentType = upload.contentType ?? (upload.file.type || 'application/octet-stream')
+      const initiated = unwrap(
+        await api.POST('/api/storage/files', {
+          body: {
+            resourceType: upload.resourceType,
+            resourceId: upload.resourceId,
+            fileName: upload.fileName,
+            contentType,
+          },
+        }),
+      )
+      await putWithProgress(initiated.uploadUrl, initiated.uploadHeaders, upload)
+      const confirm = () =>
+        api.POST('/api/storage/files/{fileId}/confirm', { params: { path: { fileId: initiated.fileId } } })
+      let confirmed = await confirm()
+      if ((confirmed.error as Problem | undefined)?.code === 'UPLOAD_NOT_FOUND') {
+        await new Promise((resolve) => setTimeout(resolve, CONFIRM_RETRY_MS))
+        confirmed = await confirm()
+      }
+      return unwrap(confirmed)
+    },
+    close() {
+      channel?.close()
+    },
+  }
+}
