@@ -311,6 +311,9 @@ $('user-state-form').addEventListener('submit', (event) => {
   })
 })
 
+// For the browser's developer tools (and the browser tests): the two clients this page uses.
+Object.assign(globalThis, { platformConsole: { platform, resources } })
+
 void guard(async () => {
   await platform.restoreSession()
 })

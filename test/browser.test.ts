@@ -1,0 +1,280 @@
+import { existsSync } from 'node:fs'
+import { mkdir } from 'node:fs/promises'
+import { createServer } from 'node:net'
+import path from 'node:path'
+import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ACCOUNT_TEST_CONFIG, newUser, type TestUser } from './helpers/accounts.ts'
+import { createTestApp, type TestApp } from './helpers/app.ts'
+import { TestClock } from './helpers/clock.ts'
+import { ownedResource, withFiles } from './helpers/files.ts'
+import { startTestS3, type TestS3 } from './helpers/s3.ts'
+
+// The browser half (issue 13 item 4), in real headless Chromium against a real server with the
+// demo console and the embedded S3 server: what the cookies, the typed client and the console do
+// in a browser, with two tabs where it matters. Chromium: CHROMIUM_PATH, else Debian's
+// /usr/bin/chromium (.ci/run installs it). Screenshots go to test-results/browser/.
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+const SHOTS = path.resolve('test-results/browser')
+
+let t: TestApp
+let s3: TestS3
+let browser: Browser
+let base: string
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer()
+    probe.once('error', reject)
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number }
+      probe.close(() => resolve(port))
+    })
+  })
+}
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM))
+    throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium, or set CHROMIUM_PATH`)
+  const port = await freePort()
+  base = `http://localhost:${port}`
+  s3 = await startTestS3({ allowedOrigins: [base] })
+  t = await createTestApp({
+    clock: new TestClock(new Date()),
+    config: {
+      ...ACCOUNT_TEST_CONFIG,
+      ...s3.config,
+      'platform.web.public-url': base,
+      'platform.auth.rate-limit.refresh-per-minute': '1000',
+    },
+    deps: { console: true },
+    configure: withFiles,
+  })
+  await t.app.listen({ port, host: '127.0.0.1' })
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  })
+  await mkdir(SHOTS, { recursive: true })
+}, 60_000)
+
+afterAll(async () => {
+  await browser?.close()
+  await t?.close()
+  await s3?.close()
+})
+
+/** What the tests use of the page's client (client/src/index.ts), as seen from inside the page. */
+interface PagePlatform {
+  api: {
+    GET(path: string, init?: object): Promise<{ response: { status: number }; data: { downloadUrl: string } }>
+  }
+  refresh(): Promise<boolean>
+  upload(options: object): Promise<{ id: string; status: string; sizeBytes: number; fileName: string }>
+}
+
+/** Every POST /api/auth/refresh the browser context sends, with its answer's code. */
+function recordRefreshes(context: BrowserContext) {
+  const answers: { status: number; code?: string }[] = []
+  context.on('response', async (response) => {
+    if (!response.url().endsWith('/api/auth/refresh')) return
+    const body = await response.json().catch(() => ({}))
+    answers.push({ status: response.status(), code: body.code })
+  })
+  return answers
+}
+
+async function signInThroughConsole(page: Page, user: TestUser) {
+  await page.goto(base)
+  await page.getByLabel('Email').first().fill(user.email)
+  await page.getByLabel('Password').fill(user.password)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await expect.poll(() => page.locator('#who').textContent()).toContain('Signed in')
+}
+
+/** Calls GET /api/auth/sessions through the page's typed client; returns the status. */
+const callThroughClient = (page: Page) =>
+  page.evaluate(async () => {
+    const { platform } = (globalThis as unknown as { platformConsole: { platform: PagePlatform } })
+      .platformConsole
+    const result = await platform.api.GET('/api/auth/sessions')
+    return result.response.status as number
+  })
+
+const stateOf = (page: Page) =>
+  page.evaluate(
+    () =>
+      (globalThis as unknown as { platformConsole: { platform: { state: { status: string } } } })
+        .platformConsole.platform.state.status,
+  )
+
+describe('in Chromium', () => {
+  it('signs in with cookies page scripts cannot read, and restores the session on reload with one refresh', async () => {
+    const context = await browser.newContext()
+    const refreshes = recordRefreshes(context)
+    const page = await context.newPage()
+    const user = await newUser(t.app, { role: 'admin' })
+    await signInThroughConsole(page, user)
+    expect(await page.evaluate('document.cookie')).toBe('')
+    const cookies = await context.cookies()
+    expect(cookies.find((c) => c.name === 'access_token')).toMatchObject({ httpOnly: true })
+    expect(cookies.find((c) => c.name === 'refresh_token')).toMatchObject({
+      httpOnly: true,
+      path: '/api/auth',
+    })
+    await page.screenshot({ path: path.join(SHOTS, 'signed-in.png'), fullPage: true })
+
+    refreshes.length = 0
+    await page.reload()
+    await expect.poll(() => page.locator('#who').textContent()).toContain('Signed in')
+    await expect.poll(() => refreshes).toEqual([{ status: 200 }])
+    await context.close()
+  })
+
+  it('refreshes an expired access token and retries the call without the user noticing', async () => {
+    const context = await browser.newContext()
+    const refreshes = recordRefreshes(context)
+    const page = await context.newPage()
+    await signInThroughConsole(page, await newUser(t.app))
+    refreshes.length = 0
+    t.clock.advanceSeconds(13 * 60) // past the 12-minute access token
+    expect(await callThroughClient(page)).toBe(200)
+    await expect.poll(() => refreshes).toEqual([{ status: 200 }])
+    expect(await stateOf(page)).toBe('signed-in')
+    await context.close()
+  })
+
+  it('serialises the refreshes of two tabs firing 20 calls each: no reuse, both stay signed in', async () => {
+    const context = await browser.newContext()
+    const refreshes = recordRefreshes(context)
+    const first = await context.newPage()
+    await signInThroughConsole(first, await newUser(t.app))
+    const second = await context.newPage()
+    await second.goto(base)
+    await expect.poll(() => second.locator('#who').textContent()).toContain('Signed in')
+    refreshes.length = 0
+    t.clock.advanceSeconds(13 * 60)
+    const fire = (page: Page) =>
+      page.evaluate(async () => {
+        const { platform } = (globalThis as unknown as { platformConsole: { platform: PagePlatform } })
+          .platformConsole
+        const results = await Promise.all(
+          Array.from({ length: 20 }, () => platform.api.GET('/api/auth/sessions')),
+        )
+        return results.map((r) => r.response.status)
+      })
+    const [a, b] = await Promise.all([fire(first), fire(second)])
+    expect([...a, ...b].every((status) => status === 200)).toBe(true)
+    await expect.poll(() => refreshes.length).toBeGreaterThanOrEqual(1)
+    expect(refreshes.filter((r) => r.code === 'REFRESH_TOKEN_REUSED')).toEqual([])
+    expect(refreshes.length).toBeGreaterThanOrEqual(1)
+    expect(refreshes.every((r) => r.status === 200)).toBe(true)
+    expect([await stateOf(first), await stateOf(second)]).toEqual(['signed-in', 'signed-in'])
+    await context.close()
+  })
+
+  it('signs out both tabs when one of them detects a reused refresh token', async () => {
+    const context = await browser.newContext()
+    const first = await context.newPage()
+    await signInThroughConsole(first, await newUser(t.app))
+    const second = await context.newPage()
+    await second.goto(base)
+    await expect.poll(() => second.locator('#who').textContent()).toContain('Signed in')
+    // A stolen copy of the current refresh cookie, presented after the tabs rotated it.
+    const stolen = (await context.cookies()).find((c) => c.name === 'refresh_token')
+    if (!stolen) throw new Error('no refresh cookie')
+    await first.evaluate(async () => {
+      const { platform } = (globalThis as unknown as { platformConsole: { platform: PagePlatform } })
+        .platformConsole
+      await platform.refresh()
+    })
+    await context.addCookies([stolen])
+    await first.evaluate(async () => {
+      const { platform } = (globalThis as unknown as { platformConsole: { platform: PagePlatform } })
+        .platformConsole
+      // Another tab refreshed long ago: this refresh really goes out, with the stolen cookie.
+      localStorage.removeItem('platform:refreshed-at')
+      await platform.refresh()
+    })
+    await expect.poll(() => first.locator('#who').textContent()).toContain('used elsewhere')
+    await expect.poll(() => second.locator('#who').textContent()).toContain('used elsewhere')
+    await context.close()
+  })
+
+  it('uploads a file from the page straight to S3 with progress, confirms it and downloads its bytes', async () => {
+    const context = await browser.newContext()
+    const page = await context.newPage()
+    const user = await newUser(t.app, { role: 'admin' })
+    const resourceId = await ownedResource(t.app, user.organizationId)
+    await signInThroughConsole(page, user)
+    const puts: string[] = []
+    context.on('request', (request) => {
+      if (request.method() === 'PUT') puts.push(new URL(request.url()).origin)
+    })
+    const bytes = Buffer.alloc(256 * 1024, 'quote ')
+    const record = await page.evaluate(
+      async ({ resourceId, content }) => {
+        const { platform } = (globalThis as unknown as { platformConsole: { platform: PagePlatform } })
+          .platformConsole
+        const progress: number[] = []
+        const file = await platform.upload({
+          resourceType: 'purchase_request',
+          resourceId,
+          file: new Blob([content], { type: 'text/plain' }),
+          fileName: 'quote.txt',
+          onProgress: (sent: number) => progress.push(sent),
+        })
+        return { file, progress }
+      },
+      { resourceId, content: bytes.toString() },
+    )
+    expect(record.file).toMatchObject({ status: 'CONFIRMED', sizeBytes: bytes.length, fileName: 'quote.txt' })
+    expect(record.progress.length).toBeGreaterThan(0)
+    expect(record.progress.at(-1)).toBe(bytes.length)
+    // The bytes went to the store's origin, never to the service.
+    expect(puts).toEqual([new URL(s3.endpoint).origin])
+    const link = await page.evaluate(async (fileId) => {
+      const { platform } = (globalThis as unknown as { platformConsole: { platform: PagePlatform } })
+        .platformConsole
+      const result = await platform.api.GET('/api/storage/files/{fileId}/download-url', {
+        params: { path: { fileId } },
+      })
+      return result.data.downloadUrl as string
+    }, record.file.id)
+    const downloaded = await fetch(link)
+    expect(Buffer.from(await downloaded.arrayBuffer()).equals(bytes)).toBe(true)
+    await context.close()
+  })
+
+  it('runs the console journey: create, submit and approve a purchase request, with an attachment', async () => {
+    const context = await browser.newContext()
+    const page = await context.newPage()
+    await signInThroughConsole(page, await newUser(t.app, { role: 'admin' }))
+    await page.getByLabel('Title').fill('New laptops')
+    await page.getByRole('button', { name: 'Create' }).click()
+    await expect.poll(() => page.locator('#pr-detail-title').textContent()).toContain('New laptops (DRAFT)')
+    await page.locator('#attach').setInputFiles({
+      name: 'offer.pdf',
+      mimeType: 'application/pdf',
+      buffer: Buffer.from('%PDF-1.7 offer'),
+    })
+    await expect.poll(() => page.locator('#attachments').textContent()).toContain('offer.pdf')
+    await page.getByRole('button', { name: 'Submit' }).click()
+    await expect.poll(() => page.locator('#pr-detail-title').textContent()).toContain('(SUBMITTED)')
+    await page.getByRole('button', { name: 'Approve' }).click()
+    await expect.poll(() => page.locator('#pr-detail-title').textContent()).toContain('(APPROVED)')
+    expect(await page.locator('#pr-history li').count()).toBe(2)
+    expect(await page.locator('#error').textContent()).toBe('')
+    await page.screenshot({ path: path.join(SHOTS, 'purchase-request.png'), fullPage: true })
+    await context.close()
+  })
+})
