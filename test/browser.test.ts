@@ -2,13 +2,16 @@ import { existsSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import path from 'node:path'
+import { Secret, TOTP } from 'otpauth'
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ACCOUNT_TEST_CONFIG, newUser, type TestUser } from './helpers/accounts.ts'
+import { SmtpTransport } from '../src/mail/transports.ts'
+import { ACCOUNT_TEST_CONFIG, deliverMail, mailsTo, newUser, type TestUser } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
 import { ownedResource, withFiles } from './helpers/files.ts'
 import { startTestS3, type TestS3 } from './helpers/s3.ts'
+import { TestSmtpServer } from './helpers/smtp.ts'
 
 // The browser half (issue 13 item 4), in real headless Chromium against a real server with the
 // demo console and the embedded S3 server: what the cookies, the typed client and the console do
@@ -20,6 +23,8 @@ const SHOTS = path.resolve('test-results/browser')
 
 let t: TestApp
 let s3: TestS3
+let smtp: TestSmtpServer
+let transport: SmtpTransport
 let browser: Browser
 let base: string
 
@@ -40,6 +45,8 @@ beforeAll(async () => {
   const port = await freePort()
   base = `http://localhost:${port}`
   s3 = await startTestS3({ allowedOrigins: [base] })
+  smtp = await TestSmtpServer.start()
+  transport = new SmtpTransport(smtp.url)
   t = await createTestApp({
     clock: new TestClock(new Date()),
     config: {
@@ -48,7 +55,7 @@ beforeAll(async () => {
       'platform.web.public-url': base,
       'platform.auth.rate-limit.refresh-per-minute': '1000',
     },
-    deps: { console: true },
+    deps: { console: true, mailTransport: transport },
     configure: withFiles,
   })
   await t.app.listen({ port, host: '127.0.0.1' })
@@ -71,6 +78,8 @@ afterAll(async () => {
   await browser?.close()
   await t?.close()
   await s3?.close()
+  await transport?.close()
+  await smtp?.close()
 })
 
 /** What the tests use of the page's client (client/src/index.ts), as seen from inside the page. */
@@ -258,7 +267,8 @@ describe('in Chromium', () => {
   it('runs the console journey: create, submit and approve a purchase request, with an attachment', async () => {
     const context = await browser.newContext()
     const page = await context.newPage()
-    await signInThroughConsole(page, await newUser(t.app, { role: 'admin' }))
+    const user = await newUser(t.app, { role: 'admin' })
+    await signInThroughConsole(page, user)
     await page.getByLabel('Title').fill('New laptops')
     await page.getByRole('button', { name: 'Create' }).click()
     await expect.poll(() => page.locator('#pr-detail-title').textContent()).toContain('New laptops (DRAFT)')
@@ -275,6 +285,83 @@ describe('in Chromium', () => {
     expect(await page.locator('#pr-history li').count()).toBe(2)
     expect(await page.locator('#error').textContent()).toBe('')
     await page.screenshot({ path: path.join(SHOTS, 'purchase-request.png'), fullPage: true })
+    // The approval email reaches the creator over SMTP.
+    await deliverMail(t)
+    const mails = await mailsTo(smtp, user.email)
+    expect(mails.map((mail) => mail.subject)).toContain('Purchase request approved: New laptops')
+    await context.close()
+  })
+
+  it('turns on two-factor in the console, shows the backup codes once, and signs in with a code', async () => {
+    const context = await browser.newContext()
+    const page = await context.newPage()
+    const user = await newUser(t.app)
+    await signInThroughConsole(page, user)
+    await page.getByRole('button', { name: 'Set up' }).click()
+    await expect.poll(() => page.locator('#otp-qr svg').count()).toBe(1)
+    const secret = ((await page.locator('#otp-secret').textContent()) ?? '').replace('Secret: ', '')
+    const totp = new TOTP({ secret: Secret.fromBase32(secret), algorithm: 'SHA1', digits: 6, period: 30 })
+    await page.getByLabel('Code from the app').fill(totp.generate({ timestamp: t.clock.now().getTime() }))
+    await page.getByRole('button', { name: 'Turn on' }).click()
+    await expect
+      .poll(() => page.locator('#backup-codes').textContent())
+      .toContain('Backup codes (shown once)')
+    await page.screenshot({ path: path.join(SHOTS, 'two-factor.png'), fullPage: true })
+    await page.getByRole('button', { name: 'Log out', exact: true }).click()
+    await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
+
+    // Without the code the sign-in is refused with the catalogue's code; with it, it works.
+    await page.getByLabel('Email').first().fill(user.email)
+    await page.getByLabel('Password').fill(user.password)
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    await expect.poll(() => page.locator('#error').textContent()).toContain('OTP_REQUIRED')
+    t.clock.advanceSeconds(30) // a code not used before
+    await page.getByLabel('One-time code').fill(totp.generate({ timestamp: t.clock.now().getTime() }))
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    await expect.poll(() => page.locator('#who').textContent()).toContain('Signed in')
+    await context.close()
+  })
+
+  it("revokes another device's session from the sessions list; that device is signed out at its next refresh", async () => {
+    const user = await newUser(t.app)
+    const laptop = await browser.newContext({ userAgent: 'Laptop browser' })
+    const phone = await browser.newContext({ userAgent: 'Phone browser' })
+    const onLaptop = await laptop.newPage()
+    const onPhone = await phone.newPage()
+    await signInThroughConsole(onPhone, user)
+    await signInThroughConsole(onLaptop, user)
+    await expect.poll(() => onLaptop.locator('#sessions tr').count()).toBe(2)
+    await expect.poll(() => onLaptop.locator('#sessions').textContent()).toContain('Phone browser')
+    await onLaptop.screenshot({ path: path.join(SHOTS, 'sessions.png'), fullPage: true })
+    await onLaptop
+      .locator('#sessions tr', { hasText: 'Phone browser' })
+      .getByRole('button', { name: 'Revoke' })
+      .click()
+    await expect.poll(() => onLaptop.locator('#sessions tr').count()).toBe(1)
+    await onPhone.reload()
+    await expect.poll(() => onPhone.locator('#who').textContent()).toBe('Signed out')
+    await laptop.close()
+    await phone.close()
+  })
+
+  it('renders /docs, whose "Try it out" signs in', async () => {
+    const context = await browser.newContext()
+    const page = await context.newPage()
+    const user = await newUser(t.app)
+    await page.goto(`${base}/docs`)
+    const login = page.locator('#operations-authentication-login')
+    await login.locator('.opblock-summary').click()
+    await login.getByRole('button', { name: 'Try it out' }).click()
+    await login
+      .locator('textarea.body-param__text')
+      .fill(JSON.stringify({ username: user.email, password: user.password }))
+    await login.getByRole('button', { name: 'Execute' }).click()
+    await expect
+      .poll(() => login.locator('.live-responses-table tbody .response-col_status').first().textContent())
+      .toContain('200')
+    const names = (await context.cookies()).map((c) => c.name).sort()
+    expect(names).toEqual(['access_token', 'refresh_token'])
+    await page.screenshot({ path: path.join(SHOTS, 'docs.png'), fullPage: true })
     await context.close()
   })
 })
