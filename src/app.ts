@@ -16,6 +16,7 @@ import docsPlugin from '../plugins/docs.ts'
 import errorsPlugin, { clientError, frameworkError } from '../plugins/errors.ts'
 import healthPlugin from '../plugins/health.ts'
 import housekeepingPlugin from '../plugins/housekeeping.ts'
+import idempotencyPlugin from '../plugins/idempotency.ts'
 import mailPlugin from '../plugins/mail.ts'
 import metricsPlugin from '../plugins/metrics.ts'
 import organizationConfigPlugin from '../plugins/organization-config.ts'
@@ -234,6 +235,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   })
   await app.register(accountsPlugin, { passwordResetHandler: deps.passwordResetHandler })
   await app.register(tenantPlugin)
+  await app.register(idempotencyPlugin)
   await app.register(organizationConfigPlugin)
 
   // Routes.

@@ -134,6 +134,8 @@ export const ConfigSchema = Type.Object({
     oneTimeTokens: Duration('7d'),
     /** Files never confirmed (or refused as too large), counted from their upload address's expiry. */
     pendingUploads: Duration('1d'),
+    /** Idempotency-Key answers (decisions 7: a retry within 24 h gets the first answer). */
+    idempotencyKeys: Duration('24h'),
   }),
 })
 

@@ -28,6 +28,7 @@ export const ErrorCatalogue = {
   OTP_NOT_SET_UP: { status: 409, title: 'One-time password not set up' },
   OTP_ALREADY_ENABLED: { status: 409, title: 'One-time password already enabled' },
   LAST_ADMIN: { status: 409, title: 'Last active admin' },
+  IDEMPOTENCY_KEY_REUSED: { status: 409, title: 'Idempotency key reused' },
   REQUEST_TIMEOUT: { status: 408, title: 'Request timeout' },
   PAYLOAD_TOO_LARGE: { status: 413, title: 'Payload too large' },
   URI_TOO_LONG: { status: 414, title: 'URI too long' },

@@ -257,7 +257,7 @@ export interface components {
              * @example NOT_FOUND
              * @enum {string}
              */
-            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "LAST_ADMIN" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
+            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
             detail?: string;
             /** @description Present on VALIDATION_FAILED: one entry per invalid value */
             errors?: {
@@ -409,7 +409,10 @@ export interface operations {
     createPurchaseRequest: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the create safe to retry: the same key from the same caller within 24 h returns the first answer; with another request it is 409 IDEMPOTENCY_KEY_REUSED */
+                "idempotency-key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -451,6 +454,15 @@ export interface operations {
             };
             /** @description Not allowed */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the current state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1007,7 +1019,10 @@ export interface operations {
     inviteUser: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes the create safe to retry: the same key from the same caller within 24 h returns the first answer; with another request it is 409 IDEMPOTENCY_KEY_REUSED */
+                "idempotency-key"?: string;
+            };
             path?: never;
             cookie?: never;
         };

@@ -24,7 +24,7 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/api/storage/files',
     {
-      config: { scope: 'files:write' },
+      config: { scope: 'files:write', idempotent: true },
       schema: {
         tags: ['files'],
         operationId: 'initiateUpload',

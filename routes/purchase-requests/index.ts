@@ -87,7 +87,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/api/purchase-requests',
     {
-      config: write,
+      config: { ...write, idempotent: true },
       schema: {
         tags,
         operationId: 'createPurchaseRequest',

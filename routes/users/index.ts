@@ -13,6 +13,7 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/api/users',
     {
+      config: { idempotent: true },
       schema: {
         tags: ['users'],
         operationId: 'inviteUser',

@@ -141,6 +141,17 @@ export interface KnownDeviceTable {
   last_seen_at: Timestamp
 }
 
+export interface IdempotencyKeyTable {
+  principal_id: string
+  key: string
+  fingerprint: string
+  /** Null while the first request with the key runs. */
+  status: number | null
+  location: string | null
+  body: string | null
+  created_at: Timestamp
+}
+
 export interface WorkerLeaseTable {
   name: string
   holder: string
@@ -194,6 +205,7 @@ export interface Database {
   purchase_requests: PurchaseRequestTable
   purchase_request_events: PurchaseRequestEventTable
   files: FileTable
+  idempotency_keys: IdempotencyKeyTable
 }
 
 /** Anything queries can run on: the pool-backed instance or an open transaction. */

@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely'
 import type { Config } from '../config.ts'
 import type { Database } from '../db/schema.ts'
+import { deleteExpiredIdempotencyKeys } from '../repositories/idempotency-keys.ts'
 import {
   deleteDeadRefreshTokens,
   deleteEndedSessions,
@@ -26,7 +27,7 @@ const before = (now: Date, seconds: number) => new Date(now.getTime() - seconds 
  * removed.
  */
 export function retentionRules(config: Config, deps: { store: ObjectStore }): RetentionRule[] {
-  const { outbox, sessions, oneTimeTokens, pendingUploads } = config.retention
+  const { outbox, sessions, oneTimeTokens, pendingUploads, idempotencyKeys } = config.retention
   const uploadWindow = config.storage.uploadUrlTtl + pendingUploads
   return [
     {
@@ -43,6 +44,10 @@ export function retentionRules(config: Config, deps: { store: ObjectStore }): Re
     {
       name: 'files',
       sweep: (db, now) => sweepUnfinishedFiles(db, deps.store, before(now, uploadWindow)),
+    },
+    {
+      name: 'idempotency_keys',
+      sweep: (db, now) => deleteExpiredIdempotencyKeys(db, before(now, idempotencyKeys), BATCH),
     },
     rateLimitRetention,
   ]

@@ -1,0 +1,138 @@
+// Idempotency-Key on POST creates (decisions 7; issue 16 F15): a route with `config.idempotent`
+// accepts the header (1-255 visible ASCII). The first request with a key claims it and records its
+// 2xx answer; the same key from the same principal within 24 h (platform.retention.idempotency-keys)
+// gets that answer again (`Idempotent-Replayed: true`) without running the handler, and a copy sent
+// while the first still runs waits for it, so 20 parallel copies make one resource. The same key with
+// a different request is 409 IDEMPOTENCY_KEY_REUSED. A failed request gives its key back. Needs db,
+// clock and auth (the principal).
+import { createHash } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Type } from '@sinclair/typebox'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { AppError, problemResponses } from '../src/errors.ts'
+import {
+  claimIdempotencyKey,
+  findIdempotencyKey,
+  type IdempotencyKeyRow,
+  recordIdempotentAnswer,
+  releaseIdempotencyKey,
+} from '../src/repositories/idempotency-keys.ts'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** Accepts Idempotency-Key (plugins/idempotency.ts). */
+    idempotent?: boolean
+  }
+  interface FastifyRequest {
+    /** The key this request claimed, answered in onSend. */
+    idempotencyKey?: { principalId: string; key: string }
+  }
+}
+
+const HEADER = 'idempotency-key'
+/** How long a copy waits for the first request with its key to answer. */
+const WAIT_MS = 10_000
+const POLL_MS = 20
+/** A claim this old without an answer belongs to a request that died with its process. */
+const ABANDONED_MS = 60_000
+
+const KeyHeader = Type.String({
+  minLength: 1,
+  maxLength: 255,
+  pattern: '^[\\x21-\\x7e]+$',
+  description:
+    'Makes the create safe to retry: the same key from the same caller within 24 h returns the first answer; with another request it is 409 IDEMPOTENCY_KEY_REUSED',
+})
+
+/** JSON with sorted keys: two spellings of one body are one request. */
+const canonical = (value: unknown): string =>
+  JSON.stringify(value, (_key, inner) =>
+    inner && typeof inner === 'object' && !Array.isArray(inner)
+      ? Object.fromEntries(Object.entries(inner).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : inner,
+  )
+
+function fingerprint(request: FastifyRequest): string {
+  return createHash('sha256')
+    .update(
+      `${request.method} ${request.routeOptions.url}\n${canonical(request.params)}\n${canonical(request.body ?? null)}`,
+    )
+    .digest('base64url')
+}
+
+function replay(reply: FastifyReply, row: IdempotencyKeyRow) {
+  if (row.location) reply.header('location', row.location)
+  return reply
+    .code(row.status as number)
+    .header('idempotent-replayed', 'true')
+    .type('application/json; charset=utf-8')
+    .send(row.body)
+}
+
+async function idempotencyPlugin(app: FastifyInstance) {
+  app.addHook('onRoute', (route) => {
+    if (!route.config?.idempotent || !route.schema) return
+    const headers = (route.schema.headers ?? Type.Object({})) as ReturnType<typeof Type.Object>
+    route.schema.headers = Type.Object({ ...headers.properties, [HEADER]: Type.Optional(KeyHeader) })
+    route.schema.response = { ...problemResponses(409), ...(route.schema.response as object | undefined) }
+  })
+
+  app.addHook('preHandler', async (request, reply) => {
+    const key = request.routeOptions.config.idempotent ? request.headers[HEADER] : undefined
+    if (typeof key !== 'string' || !request.principal) return
+    const principalId = request.principal.id
+    const print = fingerprint(request)
+    const deadline = Date.now() + WAIT_MS
+    for (;;) {
+      const now = app.clock.now()
+      if (await claimIdempotencyKey(app.db, { principalId, key, fingerprint: print, now })) {
+        request.idempotencyKey = { principalId, key }
+        return
+      }
+      const row = await findIdempotencyKey(app.db, principalId, key)
+      if (!row) continue // given back by a failed request: claim it again
+      if (row.fingerprint !== print) {
+        throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was used for a different request')
+      }
+      if (row.status !== null) return replay(reply, row)
+      if (now.getTime() - row.created_at.getTime() > ABANDONED_MS) {
+        await releaseIdempotencyKey(app.db, principalId, key)
+        continue
+      }
+      if (Date.now() > deadline) {
+        throw new AppError(
+          'IDEMPOTENCY_KEY_REUSED',
+          'A request with this Idempotency-Key is still running; retry',
+          {
+            headers: { 'retry-after': '1' },
+          },
+        )
+      }
+      await sleep(POLL_MS)
+    }
+  })
+
+  app.addHook('onSend', async (request, reply, payload) => {
+    const claimed = request.idempotencyKey
+    if (!claimed) return payload
+    request.idempotencyKey = undefined
+    if (reply.statusCode >= 200 && reply.statusCode < 300 && typeof payload === 'string') {
+      const location = reply.getHeader('location')
+      await recordIdempotentAnswer(app.db, claimed.principalId, claimed.key, {
+        status: reply.statusCode,
+        location: typeof location === 'string' ? location : null,
+        body: payload,
+      })
+    } else {
+      await releaseIdempotencyKey(app.db, claimed.principalId, claimed.key)
+    }
+    return payload
+  })
+}
+
+export default fp(idempotencyPlugin, {
+  name: 'idempotency',
+  fastify: '5.x',
+  dependencies: ['config', 'db', 'auth'],
+})
