@@ -1,7 +1,4 @@
 import type { ColumnType, Generated, Kysely, Transaction } from 'kysely'
-import type { MailOutboxTable } from '../mail/schema.ts'
-import type { PurchaseRequestStatus } from '../services/purchase-request-workflow.ts'
-import type { FileTable } from '../storage/schema.ts'
 
 // One interface per table, assembled into `Database`. SQL is snake_case; the API maps to
 // camelCase next to each route.
@@ -158,6 +155,9 @@ export interface WorkerLeaseTable {
   lease_until: Timestamp
 }
 
+/** The states of the purchase-request workflow (src/services/purchase-request-workflow.ts). */
+export type PurchaseRequestStatus = 'DRAFT' | 'SUBMITTED' | 'APPROVED'
+
 export interface PurchaseRequestTable {
   id: string
   organization_id: string
@@ -184,6 +184,58 @@ export interface OrganizationConfigTable {
   key: string
   value: string
   updated_at: Timestamp
+}
+
+// The mail outbox (migration 0005).
+
+/** Template data as stored: any JSON object, written as a JSON string, read back parsed. */
+export type MailData = ColumnType<Record<string, unknown>, string, string>
+
+export interface MailOutboxTable {
+  /** bigserial: int8 stays a string on both drivers. */
+  id: Generated<string>
+  template: string
+  recipient: string
+  data: MailData
+  organization_id: string | null
+  created_at: Timestamp
+  /** Delivery attempts started (counted when a row is claimed). */
+  attempts: Generated<number>
+  next_attempt_at: Timestamp
+  /** Set while a worker holds the row; an expired lease makes the row claimable again. */
+  lease_until: Timestamp | null
+  sent_at: Timestamp | null
+  /** Set when delivery was given up (attempts exhausted, or a message that can never be rendered). */
+  failed_at: Timestamp | null
+  last_error: string | null
+  /** Stable across retries: the left part of the Message-ID header. */
+  message_id: Generated<string>
+}
+
+// Files (migration 0008).
+
+/**
+ * The file lifecycle: PENDING from initiate until confirm finds the bytes; then CONFIRMED (size
+ * recorded), or REJECTED when the object was larger than platform.storage.max-file-size (the
+ * object is deleted). CONFIRMED and REJECTED are final.
+ */
+export type FileStatus = 'PENDING' | 'CONFIRMED' | 'REJECTED'
+
+export interface FileTable {
+  id: string
+  organization_id: string
+  resource_type: string
+  resource_id: string
+  object_key: string
+  original_file_name: string
+  content_type: string
+  status: FileStatus
+  /** bigint: int8 stays a string on both drivers; null until confirm. */
+  size_bytes: ColumnType<string | null, number | null | undefined, number | null>
+  /** The principal id of the uploader (a user id or an API key id). */
+  created_by: string
+  created_at: Timestamp
+  confirmed_at: Timestamp | null
 }
 
 export interface Database {

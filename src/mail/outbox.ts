@@ -1,9 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely, Selectable } from 'kysely'
 import type { Clock } from '../clock.ts'
-import type { Database, Tx } from '../db/schema.ts'
+import type { Database, MailOutboxTable, Tx } from '../db/schema.ts'
 import { SecretBox } from '../services/secret-box.ts'
-import type { MailOutboxTable } from './schema.ts'
 import {
   type MailTemplateData,
   type MailTemplateName,

@@ -1,6 +1,5 @@
 import type { Insertable, Selectable } from 'kysely'
-import type { Executor } from '../db/schema.ts'
-import type { FileTable } from '../storage/schema.ts'
+import type { Executor, FileTable } from '../db/schema.ts'
 
 // File metadata. Every query names the organization: a file id alone never reaches another
 // tenant's row.

@@ -1,6 +1,11 @@
 import type { Selectable } from 'kysely'
-import type { Executor, PurchaseRequestEventTable, PurchaseRequestTable, Tx } from '../db/schema.ts'
-import type { PurchaseRequestStatus } from '../services/purchase-request-workflow.ts'
+import type {
+  Executor,
+  PurchaseRequestEventTable,
+  PurchaseRequestStatus,
+  PurchaseRequestTable,
+  Tx,
+} from '../db/schema.ts'
 
 export type PurchaseRequestRow = Selectable<PurchaseRequestTable>
 export type PurchaseRequestEventRow = Selectable<PurchaseRequestEventTable>

@@ -1,8 +1,14 @@
 // The purchase-request state machine, declared once as data (spec 3.1). Every move is validated
 // against it; nothing else in the code knows which transitions exist.
 
-export const PurchaseRequestStatuses = ['DRAFT', 'SUBMITTED', 'APPROVED'] as const
-export type PurchaseRequestStatus = (typeof PurchaseRequestStatuses)[number]
+import type { PurchaseRequestStatus } from '../db/schema.ts'
+
+export type { PurchaseRequestStatus }
+export const PurchaseRequestStatuses = [
+  'DRAFT',
+  'SUBMITTED',
+  'APPROVED',
+] as const satisfies readonly PurchaseRequestStatus[]
 
 export const INITIAL_STATUS: PurchaseRequestStatus = 'DRAFT'
 
