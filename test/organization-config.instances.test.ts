@@ -141,11 +141,7 @@ describe('organization configuration across instances', () => {
 
   it("renders A's approval email with the subject B just configured", async () => {
     const render = () =>
-      a.app.mail.templates.render(
-        'purchase_request_approved',
-        { title: 'Chairs' },
-        { db: a.app.db, organizationId: orgId },
-      )
+      a.app.mail.templates.render('purchase_request_approved', { title: 'Chairs' }, { organizationId: orgId })
     expect((await render()).subject).toBe('Purchase request approved: Chairs')
 
     const changed = changeOf(a.app, orgId)

@@ -14,8 +14,7 @@ export interface MailTemplateData {
   otp_disabled: Record<string, never>
   /** `at` is an ISO-8601 instant. */
   new_device_login: { userAgent: string; ipAddress: string; at: string }
-  /** `subject` is the fallback when no subject resolver is installed or it yields nothing. */
-  purchase_request_approved: { title: string; link?: string; subject?: string }
+  purchase_request_approved: { title: string; link?: string }
 }
 
 export type MailTemplateName = keyof MailTemplateData
@@ -29,7 +28,6 @@ export interface RenderedMail {
 /** What a subject resolver may consult at send time. */
 export interface SubjectContext<K extends MailTemplateName> {
   data: MailTemplateData[K]
-  db: Kysely<Database>
   organizationId: string | null
   /** The template's own subject, for resolvers that only sometimes override it. */
   defaultSubject: string
@@ -44,7 +42,6 @@ export type SubjectResolver<K extends MailTemplateName> = (
 ) => Promise<string | null | undefined> | string | null | undefined
 
 export interface RenderContext {
-  db: Kysely<Database>
   organizationId: string | null
 }
 
@@ -184,7 +181,7 @@ const TEMPLATES: { [K in MailTemplateName]: TemplateDefinition<MailTemplateData[
 <p>${SECURITY_FOOTER}</p>`,
   },
   purchase_request_approved: {
-    subject: (d) => d.subject?.trim() || `Purchase request approved: ${d.title}`,
+    subject: (d) => `Purchase request approved: ${d.title}`,
     text: (d) => `Your purchase request "${d.title}" was approved.${d.link ? `\n\n${d.link}` : ''}`,
     body: (d) =>
       d.link
@@ -192,8 +189,6 @@ const TEMPLATES: { [K in MailTemplateName]: TemplateDefinition<MailTemplateData[
         : html`<p>Your purchase request <strong>${d.title}</strong> was approved.</p>`,
   },
 }
-
-export const MAIL_TEMPLATE_NAMES = Object.keys(TEMPLATES) as MailTemplateName[]
 
 export function isMailTemplateName(name: string): name is MailTemplateName {
   return Object.hasOwn(TEMPLATES, name)
