@@ -1,5 +1,3 @@
-import type { Kysely } from 'kysely'
-import type { Database } from '../db/schema.ts'
 
 // The emails the service sends, rendered at send time (by the outbox worker) from the template
 // name and data stored in the outbox row. Values are HTML-escaped in the HTML part; subjects never
