@@ -1,4 +1,3 @@
-
 // The emails the service sends, rendered at send time (by the outbox worker) from the template
 // name and data stored in the outbox row. Values are HTML-escaped in the HTML part; subjects never
 // contain CR or LF, so no value can add a header.
