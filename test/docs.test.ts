@@ -70,7 +70,7 @@ describe('OpenAPI document and interactive docs', () => {
     >(document.paths)) {
       for (const [method, operation] of Object.entries(item)) {
         const expected = ['400', '414', '500']
-        if (['post', 'put', 'patch'].includes(method)) expected.push('413', '415')
+        if (['post', 'put', 'patch', 'delete'].includes(method)) expected.push('413', '415')
         if (path.startsWith('/api/')) expected.push('503')
         if (!(Array.isArray(operation.security) && operation.security.length === 0))
           expected.push('401', '403')
