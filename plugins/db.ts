@@ -24,7 +24,7 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
   const database =
     options.database ??
     (await openDatabase(app.config, {
-      onIdleError: (error) => app.log.warn({ err: error }, 'idle database connection failed'),
+      onIdleError: (error) => app.log.warn({ err: error }, 'database connection failed'),
     }))
   app.decorate('database', database)
   app.decorate('db', database.db)

@@ -67,6 +67,19 @@ describe.each([
     await expect(store.delete(objectKey)).resolves.toBeUndefined()
   })
 
+  it('deletes many objects in one call, missing ones included', async () => {
+    const keys = Array.from({ length: 5 }, (_, i) => key(`many-${i}`))
+    for (const key of keys) {
+      await store.put(key, new TextEncoder().encode(key), {
+        contentType: 'text/plain',
+        contentDisposition: 'attachment',
+      })
+    }
+    await store.deleteMany([...keys, key('never-stored')])
+    for (const key of keys) expect(await store.head(key)).toBeNull()
+    await expect(store.deleteMany([])).resolves.toBeUndefined()
+  })
+
   it('answers null when copying an object that does not exist', async () => {
     expect(
       await store.copy(key('absent'), key('target'), {

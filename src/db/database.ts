@@ -58,6 +58,13 @@ export function openPostgres(url: string, options: PostgresOptions = {}): Databa
     idle_in_transaction_session_timeout: 60_000,
   })
   pool.on('error', (error) => options.onIdleError?.(error))
+  // A connection that breaks while checked out (the server stops, the network resets it) emits
+  // 'error' on its client, which pg-pool only listens to while the client is idle: unheard, it
+  // would end the process. The query in flight fails on its own (503), and the pool replaces the
+  // client, so the event only needs a listener (found by test/reliability/postgres-outage.test.ts).
+  pool.on('connect', (client) => {
+    client.on('error', (error) => options.onIdleError?.(error))
+  })
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
   const listeners = new Set<() => Promise<void>>()
   return {

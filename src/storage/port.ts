@@ -37,6 +37,8 @@ export interface ObjectStore {
   head(key: string): Promise<ObjectInfo | null>
   /** Deletes the object; deleting a missing object is not an error. */
   delete(key: string): Promise<void>
+  /** Deletes the objects, several at a time; missing ones are not an error. */
+  deleteMany(keys: readonly string[]): Promise<void>
   /** Stores bytes the service produced itself (generated reports), with the headers they are served with. */
   put(key: string, bytes: Uint8Array, headers: StoredHeaders): Promise<void>
   /**

@@ -66,6 +66,9 @@ function isNotFound(error: unknown): boolean {
   )
 }
 
+/** Deletes in flight at once in deleteMany. */
+const DELETE_CONCURRENCY = 16
+
 export class S3ObjectStore implements ObjectStore {
   readonly #client: S3Client
   readonly #signer: S3Client
@@ -114,6 +117,22 @@ export class S3ObjectStore implements ObjectStore {
       if (isNotFound(error)) return
       throw new ObjectStoreError('DeleteObject failed', { cause: error })
     }
+  }
+
+  /**
+   * Single deletes, DELETE_CONCURRENCY at a time. Not DeleteObjects: S3-compatible stores sign and
+   * check its `?delete` request in different ways (s3rver refuses the SDK's signature), while
+   * DeleteObject works on every store.
+   */
+  async deleteMany(keys: readonly string[]): Promise<void> {
+    let next = 0
+    const worker = async () => {
+      while (next < keys.length) {
+        const key = keys[next++] as string
+        await this.delete(key)
+      }
+    }
+    await Promise.all(Array.from({ length: Math.min(DELETE_CONCURRENCY, keys.length) }, worker))
   }
 
   async put(key: string, bytes: Uint8Array, headers: StoredHeaders): Promise<void> {

@@ -1,0 +1,111 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { openPostgres } from '../../src/db/database.ts'
+import {
+  FAST_LOGIN_CONFIG,
+  login,
+  newUser,
+  refresh,
+  type Session,
+  sessionOf,
+  type TestUser,
+} from '../helpers/accounts.ts'
+import { createTestApp, type TestApp } from '../helpers/app.ts'
+import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
+import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
+
+// Faults F1-F3 of issue 16 against real PostgreSQL: the service reaches it through a TCP proxy
+// that the test cuts (every connection reset, new ones refused, as when the server stops) while
+// requests are in flight, then restores on the same port. The service is never restarted.
+
+describe.skipIf(!usingPostgres())('PostgreSQL going away under the service', () => {
+  let direct: TestDatabase
+  let proxy: TcpProxy
+  let t: TestApp
+  let user: TestUser
+
+  beforeAll(async () => {
+    direct = await createTestDatabase()
+    const url = new URL(direct.url as string)
+    proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+    url.port = String(proxy.port)
+    const handle = openPostgres(url.toString(), { poolSize: 5, onIdleError: () => {} })
+    t = await createTestApp({
+      config: FAST_LOGIN_CONFIG,
+      database: { handle, url: url.toString(), dispose: () => handle.close() },
+    })
+    user = await newUser(t.app)
+  }, 60_000)
+
+  afterAll(async () => {
+    await t?.close()
+    await proxy?.close()
+    await direct?.dispose()
+  })
+
+  const failedAttempts = async () =>
+    (
+      await direct.handle.db
+        .selectFrom('accounts')
+        .select(['failed_attempts', 'locked_until'])
+        .where('id', '=', user.id)
+        .executeTakeFirstOrThrow()
+    ).failed_attempts
+
+  it('F1/F2: logins answer 503 with no cookie and no lockout change while it is down, and work again once it is back', async () => {
+    const before = await failedAttempts()
+    await proxy.cut()
+    try {
+      const answers = await Promise.all([
+        login(t.app, user.email, user.password),
+        login(t.app, user.email, 'wrong password'),
+        login(t.app, 'nobody@example.com', 'whatever'),
+      ])
+      for (const res of answers) {
+        expect(res.statusCode, res.body).toBe(503)
+        expect(res.json().code).toBe('SERVICE_UNAVAILABLE')
+        expect(res.headers['set-cookie']).toBeUndefined()
+      }
+    } finally {
+      await proxy.restore()
+    }
+    expect(await failedAttempts()).toBe(before)
+    // The pool reconnects by itself: no restart.
+    const again = await login(t.app, user.email, user.password)
+    expect(again.statusCode, again.body).toBe(200)
+  }, 30_000)
+
+  it('F1: logins in flight when it goes away end as 200 or 503, never 500, and never a cookie with a 503', async () => {
+    const inFlight = Array.from({ length: 10 }, () => login(t.app, user.email, user.password))
+    await proxy.cut()
+    const answers = await Promise.all(inFlight)
+    await proxy.restore()
+    for (const res of answers) {
+      expect([200, 503], res.body).toContain(res.statusCode)
+      if (res.statusCode === 503) expect(res.headers['set-cookie']).toBeUndefined()
+    }
+    expect((await login(t.app, user.email, user.password)).statusCode).toBe(200)
+  }, 30_000)
+
+  it('F3: a refresh that fails on the database answers 503 and leaves the session and its token intact', async () => {
+    const session: Session = sessionOf(await login(t.app, user.email, user.password))
+    await proxy.cut()
+    const failed = await refresh(t.app, session)
+    await proxy.restore()
+    expect(failed.statusCode, failed.body).toBe(503)
+    expect(failed.headers['set-cookie']).toBeUndefined()
+    // The same cookie works afterwards: nothing was rotated, nothing counts as reuse.
+    const retried = await refresh(t.app, session)
+    expect(retried.statusCode, retried.body).toBe(200)
+    const next = sessionOf(retried)
+    expect((await refresh(t.app, next)).statusCode).toBe(200)
+  }, 30_000)
+
+  it('reports the database in /health/ready while it is down, and UP again after', async () => {
+    await proxy.cut()
+    const down = await t.app.inject({ method: 'GET', url: '/health/ready' })
+    await proxy.restore()
+    expect(down.statusCode).toBe(503)
+    const up = await t.app.inject({ method: 'GET', url: '/health/ready' })
+    expect(up.statusCode, up.body).toBe(200)
+  }, 30_000)
+})
