@@ -4,8 +4,8 @@
 // (default 16) closed-loop clients each sign in as their own user and loop over: list, create,
 // submit, approve, session listing, refresh, upload initiation (left PENDING), password-reset
 // requests, and logout + login. Prints per minute req/s, p50/p99, the server's RSS and the rows
-// (live and dead) of every table a retention rule governs; exits 1 when the last minute's
-// throughput is below 90 % of the best minute's, when RSS grows after the second minute, when a
+// (live and dead) of every table a retention rule governs; exits 1 when the last three minutes'
+// mean throughput is below 90 % of minutes 2-4, when RSS grows after the second minute, when a
 // governed table keeps growing, or on any unexpected status.
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
