@@ -61,6 +61,7 @@ try {
     [
       '',
       `  Platform core is running at ${base}`,
+      `  Demo console:      ${base}/ (sign in as the demo admin below)`,
       `  Interactive docs:  ${base}/docs`,
       `  OpenAPI document:  ${base}/v3/api-docs`,
       `  Database:          ${database}`,

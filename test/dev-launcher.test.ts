@@ -35,6 +35,14 @@ describe('npm run dev', () => {
     expect(await page.text()).toContain('swagger-ui')
     const api = await fetch(first.docs.replace('/docs', '/v3/api-docs'))
     expect(api.status).toBe(200)
+    // The root is the demo console (decisions 7), its script bundled at start.
+    const root = await fetch(first.docs.replace('/docs', '/'))
+    expect(root.status).toBe(200)
+    expect(await root.text()).toContain('<script type="module" src="/console/app.js">')
+    const script = await fetch(first.docs.replace('/docs', '/console/app.js'))
+    expect(script.status).toBe(200)
+    expect((await script.text()).length).toBeGreaterThan(10_000)
+    expect(first.output()).toContain('Demo console:')
     // The printed demo admin can sign in.
     const demo = JSON.parse(await readFile(path.join(dataDir, 'demo-admin.json'), 'utf8'))
     expect(first.output()).toContain(`Demo admin:        admin@demo.local / ${demo.password}`)
