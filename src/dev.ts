@@ -1,27 +1,13 @@
 // The dev launcher (`npm run dev`): the service on embedded defaults, nothing to install.
 
-import type { AddressInfo } from 'node:net'
-import { createServer } from 'node:net'
 import pinoPretty from 'pino-pretty'
 import { buildApp } from './app.ts'
 import { configFromEnv, loadConfig } from './config.ts'
 import { holderAddress } from './db/embedded-holder.ts'
 import { developmentSecret } from './dev-secret.ts'
 import { ensureDemoAdmin } from './dev-seed.ts'
-import { exitOnStartupError, serve } from './lifecycle.ts'
+import { exitOnStartupError, freePort, serve } from './lifecycle.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
-
-/** A port that is free now, for `port 0`: the public URL must name the port before the app is built. */
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer()
-    probe.once('error', reject)
-    probe.listen(0, host, () => {
-      const { port } = probe.address() as AddressInfo
-      probe.close(() => resolve(port))
-    })
-  })
-}
 
 let port: number | undefined
 try {

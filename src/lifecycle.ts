@@ -1,3 +1,4 @@
+import { createServer as createNetServer } from 'node:net'
 import type { FastifyInstance } from 'fastify'
 
 const SHUTDOWN_GRACE_MS = 25_000
@@ -46,4 +47,16 @@ export function exitOnStartupError(error: unknown, port?: number): never {
   const explained = error instanceof Error && EXPLAINED.has(error.name)
   process.stderr.write(`${explained ? message : ((error as Error)?.stack ?? message)}\n`)
   process.exit(1)
+}
+
+/** A port that is free now on `host` (a listener on port 0, closed again). */
+export function freePort(host = '127.0.0.1'): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createNetServer()
+    probe.once('error', reject)
+    probe.listen(0, host, () => {
+      const { port } = probe.address() as { port: number }
+      probe.close(() => resolve(port))
+    })
+  })
 }

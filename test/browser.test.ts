@@ -1,10 +1,10 @@
 import { existsSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
-import { createServer } from 'node:net'
 import path from 'node:path'
 import { Secret, TOTP } from 'otpauth'
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { freePort } from '../src/lifecycle.ts'
 import { SmtpTransport } from '../src/mail/transports.ts'
 import { ACCOUNT_TEST_CONFIG, deliverMail, mailsTo, newUser, type TestUser } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
@@ -27,17 +27,6 @@ let smtp: TestSmtpServer
 let transport: SmtpTransport
 let browser: Browser
 let base: string
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer()
-    probe.once('error', reject)
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as { port: number }
-      probe.close(() => resolve(port))
-    })
-  })
-}
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM))

@@ -5,14 +5,13 @@
 // fresh database of its own, otherwise on the embedded one.
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, readFile, rm } from 'node:fs/promises'
-import type { AddressInfo } from 'node:net'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as delay } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { sql } from 'kysely'
 import { openPGlite, openPostgres } from '../../src/db/database.ts'
+import { freePort } from '../../src/lifecycle.ts'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode } from '../helpers/process.ts'
 import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
@@ -23,14 +22,6 @@ const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
 async function rssKb(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
-}
-
-async function freePort(): Promise<number> {
-  const probe = createServer()
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve))
-  const { port } = probe.address() as AddressInfo
-  await new Promise((resolve) => probe.close(resolve))
-  return port
 }
 
 /** Starts a server on a free port and waits (bounded) until it answers, whatever its log level. */
