@@ -238,16 +238,20 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
     refresh: () => refreshSince(Date.now()),
     async upload(upload) {
       const contentType = upload.contentType ?? (upload.file.type || 'application/octet-stream')
-      const initiated = unwrap(
-        await api.POST('/api/storage/files', {
+      // One Idempotency-Key for the initiate and its retry: when the answer is lost on the network,
+      // the retry gets the same upload instead of a second PENDING file.
+      const initiate = () =>
+        api.POST('/api/storage/files', {
+          params: { header: { 'idempotency-key': key } },
           body: {
             resourceType: upload.resourceType,
             resourceId: upload.resourceId,
             fileName: upload.fileName,
             contentType,
           },
-        }),
-      )
+        })
+      const key = globalThis.crypto.randomUUID()
+      const initiated = unwrap(await initiate().catch(() => initiate()))
       await putWithProgress(initiated.uploadUrl, initiated.uploadHeaders, upload)
       const confirm = () =>
         api.POST('/api/storage/files/{fileId}/confirm', { params: { path: { fileId: initiated.fileId } } })
