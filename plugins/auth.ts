@@ -1,9 +1,8 @@
-// Decorates the authentication services (`app.tokens`, `app.passwords`, `app.sessions`,
-// `app.serviceAccounts`, `app.apiKeys`, `app.authenticator`, `app.events`) and
-// `request.principal`, resolved in onRequest; needs config and db. Also guards every route by its
-// matched config: `public` routes are open, all others need a principal, and machine principals
-// need the route's declared scope. Unknown paths answer 401 to unauthenticated callers, so the
-// route map is not visible without credentials.
+// Decorates `request.principal`, resolved in onRequest from the request's credential, and is the
+// one authentication guard: every route is guarded by its matched config: `public` routes are
+// open, all others need a principal, and machine principals need the route's declared scope.
+// Unknown paths answer 401 to unauthenticated callers, so the route map is not visible without
+// credentials. Needs config and services.
 //
 // One principal per request:
 // - an API-key header or an Authorization header is an explicit credential and wins over the
@@ -15,28 +14,10 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { AppError } from '../src/errors.ts'
-import type { EventBus } from '../src/events.ts'
 import type { Principal } from '../src/principal.ts'
-import { incrementSessionVersion } from '../src/repositories/accounts.ts'
 import type { Scope } from '../src/scopes.ts'
-import { AccountAuthenticator, type CredentialAuthenticator } from '../src/services/authentication.ts'
-import { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from '../src/services/machine-principals.ts'
-import { PasswordHasher } from '../src/services/passwords.ts'
-import { accountSessionVersions, type SessionVersionProvider } from '../src/services/session-version.ts'
-import { SessionService } from '../src/services/sessions.ts'
-import { AccessTokens } from '../src/services/tokens.ts'
 
 declare module 'fastify' {
-  interface FastifyInstance {
-    tokens: AccessTokens
-    passwords: PasswordHasher
-    sessions: SessionService
-    authenticator: CredentialAuthenticator
-    accountAuthenticator: AccountAuthenticator
-    events: EventBus
-    serviceAccounts: ServiceAccounts
-    apiKeys: ApiKeys
-  }
   interface FastifyRequest {
     principal: Principal | null
   }
@@ -48,60 +29,10 @@ declare module 'fastify' {
   }
 }
 
-export interface AuthPluginOptions {
-  events: EventBus
-  authenticator?: CredentialAuthenticator | undefined
-  sessionVersionProvider?: SessionVersionProvider | undefined
-}
-
-/** A route or scope hook: 401 AUTHENTICATION_REQUIRED without a principal. */
-export async function requireAuthentication(request: FastifyRequest): Promise<void> {
-  if (!request.principal)
-    throw new AppError('AUTHENTICATION_REQUIRED', 'This endpoint requires authentication')
-}
-
-async function authPlugin(app: FastifyInstance, options: AuthPluginOptions) {
-  const { config, clock, db } = app
-  const { password } = config.auth
-  const passwords = await PasswordHasher.create({
-    memoryKib: password.hashMemoryKib,
-    iterations: password.hashIterations,
-    parallelism: password.hashParallelism,
-  })
-  const tokens = new AccessTokens(config, clock)
-  const events = options.events
-  events.useLogger(app.log)
-
-  const builtInVersions = config.auth.sessionVersion.enabled ? accountSessionVersions(db) : null
-  const versions = options.sessionVersionProvider ?? builtInVersions
-  if (builtInVersions) {
-    events.on('UserSessionsRevokedEvent', ({ userId }) => incrementSessionVersion(db, userId))
-  }
-
-  const accountAuthenticator = new AccountAuthenticator({ db, clock, config, passwords })
-  app.decorate('tokens', tokens)
-  app.decorate('passwords', passwords)
-  app.decorate('events', events)
-  app.decorate('accountAuthenticator', accountAuthenticator)
-  app.decorate('authenticator', options.authenticator ?? accountAuthenticator)
-  app.decorate('sessions', new SessionService({ db, clock, config, tokens, events, versions }))
-  const serviceAccounts = new ServiceAccounts({ db, clock, config, tokens, tuples: app.authz.tuples })
-  const apiKeys = new ApiKeys({ db, clock, config, tokens, tuples: app.authz.tuples })
-  app.decorate('serviceAccounts', serviceAccounts)
-  app.decorate('apiKeys', apiKeys)
+async function authPlugin(app: FastifyInstance) {
+  const { config } = app
+  const { tokens, apiKeys, serviceAccounts, sessionVersions: versions } = app.services
   app.decorateRequest('principal', null)
-
-  // Last use of API keys is gathered in memory and written in one batch a minute, and on close.
-  const flush = () =>
-    apiKeys
-      .flushLastUse()
-      .catch((error: unknown) => app.log.warn({ err: error }, 'recording API key use failed'))
-  const flushTimer = setInterval(flush, LAST_USE_FLUSH_MS)
-  flushTimer.unref()
-  app.addHook('onClose', async () => {
-    clearInterval(flushTimer)
-    await flush()
-  })
 
   const accessCookie = config.auth.cookie.accessTokenName
   const apiKeyHeader = config.auth.apiKey.headerName.toLowerCase()
@@ -160,4 +91,4 @@ async function authPlugin(app: FastifyInstance, options: AuthPluginOptions) {
   })
 }
 
-export default fp(authPlugin, { name: 'auth', fastify: '5.x', dependencies: ['config', 'db'] })
+export default fp(authPlugin, { name: 'auth', fastify: '5.x', dependencies: ['config', 'services'] })

@@ -8,13 +8,12 @@ import { EmbeddedAuthorization } from '../src/authz/embedded.ts'
 import { loadModel, ModelIndex } from '../src/authz/model.ts'
 import { OpenFgaAuthorization } from '../src/authz/openfga.ts'
 import { AuthzOutboxWorker } from '../src/authz/outbox-worker.ts'
-import { type AuthorizationPort, AuthorizationRequestError } from '../src/authz/port.ts'
+import { createPermissions, type Permissions } from '../src/authz/permissions.ts'
+import type { AuthorizationPort } from '../src/authz/port.ts'
 import { enqueueTupleChanges, type TupleRecorder } from '../src/authz/tuples.ts'
 import { ConfigError } from '../src/config.ts'
-import { AppError } from '../src/errors.ts'
-import type { Principal } from '../src/principal.ts'
 
-export interface Authz {
+export interface Authz extends Permissions {
   port: AuthorizationPort
   model: ModelIndex
   outbox: AuthzOutboxWorker
@@ -23,10 +22,6 @@ export interface Authz {
    * embedded evaluator over this database, queued in the outbox for an authorization server.
    */
   tuples: TupleRecorder
-  /** Whether the principal has `relation` on `object` (`type:id`); 503 when it cannot be answered. */
-  check(principal: Principal, relation: string, object: string): Promise<boolean>
-  /** The same, as a guard: 403 ACCESS_DENIED when not allowed. */
-  require(principal: Principal, relation: string, object: string): Promise<void>
 }
 
 declare module 'fastify' {
@@ -40,13 +35,6 @@ export interface AuthzPluginOptions {
   port?: AuthorizationPort | undefined
   /** false: the outbox worker does not poll (tests drive `app.authz.outbox.runOnce()`). */
   startWorker?: boolean | undefined
-}
-
-/** The subject a principal is in the authorization model; service accounts are not tenant members. */
-export function subjectOf(principal: Principal): string | null {
-  if (principal.type === 'USER') return `user:${principal.userId}`
-  if (principal.type === 'API_KEY') return `api_key:${principal.apiKeyId}`
-  return null
 }
 
 function configuredPort(app: FastifyInstance, model: ModelIndex): AuthorizationPort {
@@ -80,20 +68,7 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
   const port = options.port ?? configuredPort(app, model)
   const outbox = new AuthzOutboxWorker({ db: app.db, port, clock: app.clock, log: app.log })
 
-  async function check(principal: Principal, relation: string, object: string): Promise<boolean> {
-    const subject = subjectOf(principal)
-    if (!subject) return false
-    try {
-      return await port.check({ user: subject, relation, object })
-    } catch (error) {
-      if (error instanceof AuthorizationRequestError) throw new AppError('BAD_REQUEST', error.message)
-      app.log.error({ err: error }, 'authorization check could not be answered')
-      throw new AppError('SERVICE_UNAVAILABLE', 'The authorization server is unavailable', {
-        headers: { 'retry-after': '5' },
-        cause: error,
-      })
-    }
-  }
+  const permissions = createPermissions(port, app.log)
 
   app.decorate('authz', {
     port,
@@ -103,12 +78,8 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
       record: enqueueTupleChanges,
       deliver: () => outbox.kick(),
     },
-    check,
-    async require(principal, relation, object) {
-      if (!(await check(principal, relation, object))) {
-        throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
-      }
-    },
+    check: permissions.check,
+    require: permissions.require,
   } satisfies Authz)
   app.readiness.add('authorization', () => port.ready())
   if (options.startWorker ?? true) app.addHook('onReady', async () => outbox.start())

@@ -6,7 +6,6 @@ import cors from '@fastify/cors'
 import Fastify, { type FastifyInstance, LogController } from 'fastify'
 import helmet from 'helmet'
 import pino from 'pino'
-import accountsPlugin from '../plugins/accounts.ts'
 import authPlugin from '../plugins/auth.ts'
 import authzPlugin from '../plugins/authz.ts'
 import backgroundPlugin from '../plugins/background.ts'
@@ -19,7 +18,8 @@ import housekeepingPlugin from '../plugins/housekeeping.ts'
 import idempotencyPlugin from '../plugins/idempotency.ts'
 import mailPlugin from '../plugins/mail.ts'
 import metricsPlugin from '../plugins/metrics.ts'
-import organizationConfigPlugin from '../plugins/organization-config.ts'
+import rateLimitsPlugin from '../plugins/rate-limits.ts'
+import servicesPlugin from '../plugins/services.ts'
 import storagePlugin from '../plugins/storage.ts'
 import tenantPlugin from '../plugins/tenant.ts'
 import accountRoutes from '../routes/auth/account.ts'
@@ -33,11 +33,11 @@ import type { AuthorizationPort } from './authz/port.ts'
 import { type Clock, systemClock } from './clock.ts'
 import type { Config } from './config.ts'
 import type { DatabaseHandle } from './db/database.ts'
-import { EventBus } from './events.ts'
+import type { EventBus } from './events.ts'
 import { loggerOptions } from './logger.ts'
 import type { MailTransport } from './mail/transports.ts'
-import type { PasswordResetHandler } from './services/account-management.ts'
 import type { CredentialAuthenticator } from './services/authentication.ts'
+import type { PasswordResetHandler } from './services/password-reset.ts'
 import type { SessionVersionProvider } from './services/session-version.ts'
 import type { ObjectStore } from './storage/port.ts'
 
@@ -228,15 +228,19 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(authzPlugin, { port: deps.authorization, startWorker: deps.startAuthzWorker ?? true })
   await app.register(storagePlugin, { store: deps.objectStore })
   await app.register(housekeepingPlugin, { start: deps.startHousekeeping ?? true })
-  await app.register(authPlugin, {
-    events: deps.events ?? new EventBus(),
+  // Every domain service, built once (src/services/index.ts).
+  await app.register(servicesPlugin, {
+    events: deps.events,
     authenticator: deps.authenticator,
     sessionVersionProvider: deps.sessionVersionProvider,
+    passwordResetHandler: deps.passwordResetHandler,
   })
-  await app.register(accountsPlugin, { passwordResetHandler: deps.passwordResetHandler })
+  // The request path: the principal and the route guard, the tenant context, the declared rate
+  // limits, idempotent replays.
+  await app.register(authPlugin)
   await app.register(tenantPlugin)
+  await app.register(rateLimitsPlugin)
   await app.register(idempotencyPlugin)
-  await app.register(organizationConfigPlugin)
 
   // Routes.
   await app.register(authRoutes)

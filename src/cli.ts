@@ -10,7 +10,6 @@ import { developmentSecret } from './dev-secret.ts'
 import { AppError } from './errors.ts'
 import { listAccounts, unlockAccount } from './repositories/accounts.ts'
 import { listOrganizations } from './repositories/organizations.ts'
-import { createAccount } from './services/accounts.ts'
 import { createOrganization } from './services/organizations.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
 
@@ -106,7 +105,7 @@ const commands: Record<string, Command> = {
       const organizationId = required(values, 'org')
       if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
       const password = values['password-stdin'] ? await readStdin() : required(values, 'password')
-      const account = await createAccount(app.db, app, {
+      const account = await app.services.users.create({
         organizationId,
         email: required(values, 'email'),
         role,
@@ -134,7 +133,7 @@ const commands: Record<string, Command> = {
     run: async (app, values) => {
       const organizationId = required(values, 'org')
       if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
-      return app.apiKeys.create({
+      return app.services.apiKeys.create({
         organizationId,
         scopes: list(required(values, 'scopes')),
         description: required(values, 'description'),
@@ -149,7 +148,7 @@ const commands: Record<string, Command> = {
     run: async (app, values) => {
       const id = required(values, 'id')
       if (!UUID.test(id)) throw new UsageError('--id must be an API key id (UUID)')
-      return app.apiKeys.revoke(id)
+      return app.services.apiKeys.revoke(id)
     },
   },
   'api-key list': {
@@ -159,7 +158,7 @@ const commands: Record<string, Command> = {
     run: async (app, values) => {
       const organizationId = required(values, 'org')
       if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
-      return { items: await app.apiKeys.list(organizationId) }
+      return { items: await app.services.apiKeys.list(organizationId) }
     },
   },
   'service-account create': {
@@ -167,7 +166,7 @@ const commands: Record<string, Command> = {
     migrateOnStart: true,
     options: { 'client-id': { type: 'string' }, description: { type: 'string' }, scopes: { type: 'string' } },
     run: async (app, values) =>
-      app.serviceAccounts.create({
+      app.services.serviceAccounts.create({
         clientId: required(values, 'client-id'),
         description: required(values, 'description'),
         scopes: list(required(values, 'scopes')),
@@ -177,7 +176,7 @@ const commands: Record<string, Command> = {
     usage: 'service-account disable --client-id C',
     migrateOnStart: true,
     options: { 'client-id': { type: 'string' } },
-    run: async (app, values) => app.serviceAccounts.disable(required(values, 'client-id')),
+    run: async (app, values) => app.services.serviceAccounts.disable(required(values, 'client-id')),
   },
 }
 

@@ -3,7 +3,6 @@ import { readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import { findAccountByEmail } from './repositories/accounts.ts'
-import { createAccount } from './services/accounts.ts'
 import { createOrganization } from './services/organizations.ts'
 
 export const DEMO_EMAIL = 'admin@demo.local'
@@ -30,7 +29,7 @@ export async function ensureDemoAdmin(app: FastifyInstance, dataDir: string): Pr
   }
   const organization = await createOrganization(app.db, { name: 'Demo organization' })
   const password = randomBytes(12).toString('base64url')
-  await createAccount(app.db, app, {
+  await app.services.users.create({
     organizationId: organization.id,
     email: DEMO_EMAIL,
     role: 'admin',

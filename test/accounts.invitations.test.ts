@@ -105,7 +105,7 @@ describe('POST /api/users (invitation)', () => {
 
     // No password matches the stored hash, the hash itself included, and it is in no email.
     for (const password of [PASSWORD, NEW_PASSWORD, account.password_hash, token]) {
-      expect(await t.app.passwords.verify(account.password_hash, password)).toBe(false)
+      expect(await t.app.services.passwords.verify(account.password_hash, password)).toBe(false)
       expectProblem(await login(t.app, email, password), 401, 'INVALID_CREDENTIALS')
     }
     for (const raw of rawMailsTo(t.smtp, email)) expect(raw).not.toContain(account.password_hash)

@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it } from 'vitest'
 import { jwtSecrets } from '../src/config.ts'
 import { MailOutboxWorker, mailOutboxBox } from '../src/mail/outbox.ts'
 import { SmtpTransport } from '../src/mail/transports.ts'
-import type { PasswordResetHandler } from '../src/services/account-management.ts'
+import type { PasswordResetHandler } from '../src/services/password-reset.ts'
 import {
   ACCOUNT_TEST_CONFIG,
   confirmPassword,

@@ -100,9 +100,9 @@ describe('API key provisioning', () => {
       { operation: 'write', relation: 'admin', ...writerTuple },
     ])
 
-    const first = await t.app.apiKeys.revoke(writer.id)
+    const first = await t.app.services.apiKeys.revoke(writer.id)
     // Revoking again answers the same and queues nothing more.
-    expect(await t.app.apiKeys.revoke(writer.id)).toEqual(first)
+    expect(await t.app.services.apiKeys.revoke(writer.id)).toEqual(first)
     expect((await outbox(writer.id)).filter((change) => change.operation === 'delete')).toEqual([
       { operation: 'delete', relation: 'member', ...writerTuple },
       { operation: 'delete', relation: 'admin', ...writerTuple },
@@ -112,14 +112,14 @@ describe('API key provisioning', () => {
   it('refuses an unknown scope and an expiry in the past with VALIDATION_FAILED', async () => {
     const organizationId = await newOrganization(t.app)
     const create = (scopes: string[], expiresAt: Date | null) =>
-      t.app.apiKeys.create({ organizationId, scopes, description: 'bad', expiresAt })
+      t.app.services.apiKeys.create({ organizationId, scopes, description: 'bad', expiresAt })
     await expect(create(['files:read', 'files:delete'], null)).rejects.toMatchObject({
       code: 'VALIDATION_FAILED',
     })
     await expect(create(['files:read'], new Date(t.clock.now().getTime() - 1000))).rejects.toMatchObject({
       code: 'VALIDATION_FAILED',
     })
-    expect(await t.app.apiKeys.list(organizationId)).toEqual([])
+    expect(await t.app.services.apiKeys.list(organizationId)).toEqual([])
   })
 })
 
@@ -155,7 +155,7 @@ describe('API key authentication', () => {
 
     const valid = await newKey()
     const revoked = await newKey()
-    await t.app.apiKeys.revoke(revoked.id)
+    await t.app.services.apiKeys.revoke(revoked.id)
     const expiring = await newKey({ expiresAt: new Date(t.clock.now().getTime() + 60_000) })
     expect((await scoped({ 'x-api-key': expiring.rawKey })).statusCode).toBe(200)
     t.clock.advanceSeconds(120)
@@ -207,12 +207,13 @@ describe('API key authentication', () => {
 describe('one principal per request', () => {
   it('refuses an API key together with an Authorization header, even when both are valid', async () => {
     const key = await newKey()
-    const account = await t.app.serviceAccounts.create({
+    const account = await t.app.services.serviceAccounts.create({
       clientId: 'both-headers',
       description: 'a backend',
       scopes: ['files:read'],
     })
-    const token = (await t.app.serviceAccounts.issueToken(account.clientId, account.clientSecret)).token
+    const token = (await t.app.services.serviceAccounts.issueToken(account.clientId, account.clientSecret))
+      .token
     expect((await scoped({ authorization: `Bearer ${token}` })).statusCode).toBe(200)
     expect((await scoped({ 'x-api-key': key.rawKey })).statusCode).toBe(200)
 
@@ -245,9 +246,9 @@ describe('API key use and revocation', () => {
     for (let i = 0; i < 3; i++) expect((await scoped({ 'x-api-key': key.rawKey })).statusCode).toBe(200)
     expect((await storedKey(key.id)).last_used_at).toBeNull()
 
-    await t.app.apiKeys.flushLastUse()
+    await t.app.services.apiKeys.flushLastUse()
     expect((await storedKey(key.id)).last_used_at?.toISOString()).toBe(t.clock.now().toISOString())
-    const [listed] = await t.app.apiKeys.list(key.organizationId)
+    const [listed] = await t.app.services.apiKeys.list(key.organizationId)
     expect(listed?.lastUsedAt).toBe(t.clock.now().toISOString())
   })
 
@@ -255,10 +256,10 @@ describe('API key use and revocation', () => {
     const key = await newKey()
     expect((await scoped({ 'x-api-key': key.rawKey })).statusCode).toBe(200)
 
-    const revoked = await t.app.apiKeys.revoke(key.id)
+    const revoked = await t.app.services.apiKeys.revoke(key.id)
     expect(revoked).toEqual({ id: key.id, revokedAt: t.clock.now().toISOString() })
     expect((await scoped({ 'x-api-key': key.rawKey })).statusCode).toBe(401)
-    await expect(t.app.apiKeys.revoke(randomUUID())).rejects.toMatchObject({ code: 'NOT_FOUND' })
+    await expect(t.app.services.apiKeys.revoke(randomUUID())).rejects.toMatchObject({ code: 'NOT_FOUND' })
   })
 
   it('lets another instance trust its cached lookup for at most the documented cache time', async () => {
@@ -268,7 +269,7 @@ describe('API key use and revocation', () => {
       const key = await newKey()
       expect((await scoped({ 'x-api-key': key.rawKey }, {}, other.app)).statusCode).toBe(200)
 
-      await t.app.apiKeys.revoke(key.id)
+      await t.app.services.apiKeys.revoke(key.id)
       expect((await scoped({ 'x-api-key': key.rawKey })).statusCode).toBe(401)
       // The other instance still has the key cached: that staleness is bounded by the cache TTL, which
       // runs on real time (lru-cache), not on the TestClock, so only the bound is asserted here.

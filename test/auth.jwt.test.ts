@@ -140,7 +140,7 @@ describe('access token verification', () => {
   })
 
   it('rejects a service-account token (service audience) presented as the access cookie', async () => {
-    const service = t.app.tokens.issueServiceToken({ sub: randomUUID(), cid: 'backend', scope: '' })
+    const service = t.app.services.tokens.issueServiceToken({ sub: randomUUID(), cid: 'backend', scope: '' })
     await expectRejected(t.app, service.token)
     // The same claims with the user audience would have passed the signature check: only aud differs.
     await expectRejected(t.app, signed(HS256, claims({ aud: t.config.auth.jwt.serviceAudience }), secret()))
@@ -233,7 +233,7 @@ describe('secret rotation (platform.auth.jwt.previous-secrets)', () => {
       rotated.app,
       signed({ alg: 'HS256', typ: 'JWT', kid: keyId(stranger) }, claims, stranger),
     )
-    const issued = rotated.app.tokens.issueUserToken({
+    const issued = rotated.app.services.tokens.issueUserToken({
       sub: claims.sub,
       sid: claims.sid,
       org: claims.org,

@@ -162,7 +162,7 @@ describe('account lockout', () => {
 describe('lockout under a burst of parallel attempts (issue 11 item 2)', () => {
   it('verifies at most 5 passwords of a burst of 30, whatever it holds', async () => {
     const account = await newAccount()
-    const verify = vi.spyOn(t.app.passwords, 'verify')
+    const verify = vi.spyOn(t.app.services.passwords, 'verify')
     try {
       const passwords = Array.from({ length: 30 }, (_, i) => (i === 17 ? PASSWORD : `${WRONG} ${i}`))
       const results = await Promise.all(passwords.map((password) => attempt(account.email, password)))

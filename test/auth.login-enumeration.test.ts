@@ -39,14 +39,14 @@ afterAll(async () => {
 
 async function statementsOf(username: string, password: string) {
   log.recording = []
-  const verify = t.app.passwords.verify.bind(t.app.passwords)
+  const verify = t.app.services.passwords.verify.bind(t.app.services.passwords)
   let verifications = 0
-  t.app.passwords.verify = async (...args) => {
+  t.app.services.passwords.verify = async (...args) => {
     verifications++
     return verify(...args)
   }
   const res = await t.app.inject({ method: 'POST', url: '/api/auth/login', payload: { username, password } })
-  t.app.passwords.verify = verify
+  t.app.services.passwords.verify = verify
   const statements = log.recording
   log.recording = null
   return { status: res.statusCode, body: res.json(), statements, verifications }

@@ -37,7 +37,7 @@ const activeTokens = (sessionId: string) =>
 
 function recordEvents(): PlatformEvents['UserSessionsRevokedEvent'][] {
   const seen: PlatformEvents['UserSessionsRevokedEvent'][] = []
-  onTestFinished(t.app.events.on('UserSessionsRevokedEvent', (event) => void seen.push(event)))
+  onTestFinished(t.app.services.events.on('UserSessionsRevokedEvent', (event) => void seen.push(event)))
   return seen
 }
 

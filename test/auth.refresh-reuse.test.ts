@@ -93,7 +93,7 @@ const sessionRow = (id: string) =>
 
 function recordEvents(): RevokedEvent[] {
   const seen: RevokedEvent[] = []
-  onTestFinished(t.app.events.on('UserSessionsRevokedEvent', (event) => void seen.push(event)))
+  onTestFinished(t.app.services.events.on('UserSessionsRevokedEvent', (event) => void seen.push(event)))
   return seen
 }
 

@@ -30,7 +30,7 @@ const t = useTestApp({
 let clientCount = 0
 async function newServiceAccount(scopes: string[] = ['files:read']) {
   clientCount += 1
-  return t.app.serviceAccounts.create({
+  return t.app.services.serviceAccounts.create({
     clientId: `backend-${clientCount}`,
     description: 'a backend',
     scopes,
@@ -94,7 +94,7 @@ describe('POST /api/auth/service-token', () => {
   it('answers a wrong secret, an unknown client and a disabled account with the same 401', async () => {
     const account = await newServiceAccount()
     const disabled = await newServiceAccount()
-    await t.app.serviceAccounts.disable(disabled.clientId)
+    await t.app.services.serviceAccounts.disable(disabled.clientId)
 
     const responses = [
       await serviceToken(t.app, { clientId: account.clientId, clientSecret: `${account.clientSecret}x` }),
@@ -222,7 +222,7 @@ describe('service bearer tokens', () => {
     const token = await tokenFor(account)
     expect((await withBearer('/api/test/scoped', token)).statusCode).toBe(200)
 
-    await t.app.serviceAccounts.disable(account.clientId)
+    await t.app.services.serviceAccounts.disable(account.clientId)
     const res = await withBearer('/api/test/scoped', token)
     expect(res.statusCode).toBe(401)
     expect(res.json()).toMatchObject({ code: 'AUTHENTICATION_REQUIRED' })

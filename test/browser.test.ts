@@ -9,7 +9,7 @@ import { SmtpTransport } from '../src/mail/transports.ts'
 import { ACCOUNT_TEST_CONFIG, deliverMail, mailsTo, newUser, type TestUser } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
-import { ownedResource, withFiles } from './helpers/files.ts'
+import { ownedResource } from './helpers/files.ts'
 import { startTestS3, type TestS3 } from './helpers/s3.ts'
 import { TestSmtpServer } from './helpers/smtp.ts'
 
@@ -45,7 +45,6 @@ beforeAll(async () => {
       'platform.auth.rate-limit.refresh-per-minute': '1000',
     },
     deps: { console: true, mailTransport: transport },
-    configure: withFiles,
   })
   await t.app.listen({ port, host: '127.0.0.1' })
   browser = await chromium.launch({

@@ -178,12 +178,12 @@ describe('API keys', () => {
 describe('service accounts', () => {
   it('are refused with 403 ORGANIZATION_REQUIRED: files belong to an organization', async () => {
     const owner = await tenant()
-    const account = await t.app.serviceAccounts.create({
+    const account = await t.app.services.serviceAccounts.create({
       clientId: `files-${randomUUID()}`,
       description: 'backend',
       scopes: ['files:read', 'files:write'],
     })
-    const token = await t.app.serviceAccounts.issueToken(account.clientId, account.clientSecret)
+    const token = await t.app.services.serviceAccounts.issueToken(account.clientId, account.clientSecret)
     const headers = { authorization: `Bearer ${token.token}` }
     const body = initiateBody({ resourceId: owner.resourceId, fileName: 'a.pdf' })
     expectProblem(await asKey(headers, 'POST', '/api/storage/files', body), 403, 'ORGANIZATION_REQUIRED')

@@ -26,7 +26,6 @@ import {
   ownedResource,
   putBytes,
   useFilesTestApp,
-  withFiles,
 } from './helpers/files.ts'
 
 // The upload sequence of spec 4.3 over real HTTP against the embedded S3 server, which verifies
@@ -374,7 +373,7 @@ describe('files the service stores itself', () => {
     }
     const bytes = new TextEncoder().encode('%PDF-1.7 report')
     const row = await runWithTenant(organizationId, () =>
-      t.app.files.storeGenerated(principal, {
+      t.app.services.files.storeGenerated(principal, {
         resourceType: 'purchase_request',
         resourceId,
         fileName: 'Purchase request report.pdf',
@@ -416,7 +415,6 @@ describe('over the size limit (platform.storage.max-file-size=10)', () => {
         'platform.auth.password.hash-memory-kib': '1024',
         'platform.auth.password.hash-iterations': '1',
       },
-      configure: withFiles,
     })
   })
   afterAll(async () => {
@@ -486,7 +484,6 @@ describe('uploads nobody confirms (retention rule `files`)', () => {
         'platform.auth.password.hash-memory-kib': '1024',
         'platform.auth.password.hash-iterations': '1',
       },
-      configure: withFiles,
     })
   })
   afterAll(async () => {

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SCOPES } from '../src/scopes.ts'
 import { newActor } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
-import { ownedResource, withFiles } from './helpers/files.ts'
+import { ownedResource } from './helpers/files.ts'
 import { newDeliveredApiKey, serviceBearer } from './helpers/machines.ts'
 
 // Hostile input generated from /v3/api-docs (issue 16): for every operation and every kind of
@@ -107,7 +107,6 @@ describe('hostile input generated from the document', () => {
         'platform.auth.rate-limit.login-per-minute': '100000',
         'platform.auth.rate-limit.refresh-per-minute': '100000',
       },
-      configure: withFiles,
     })
     document = (await t.app.inject({ method: 'GET', url: '/v3/api-docs' })).json()
     const admin = await newActor(t.app, { role: 'admin' })

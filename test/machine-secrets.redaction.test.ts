@@ -5,7 +5,6 @@ import path from 'node:path'
 import { Type } from '@sinclair/typebox'
 import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { requireAuthentication } from '../plugins/auth.ts'
 import { openPGlite } from '../src/db/database.ts'
 import { requirePrincipal } from '../src/principal.ts'
 import { createTestApp, type TestApp, testSecret } from './helpers/app.ts'
@@ -54,7 +53,6 @@ async function withApp<T>(fn: (t: TestApp) => Promise<T>): Promise<T> {
     database,
     configure: async (app: FastifyInstance) => {
       await app.register(async (feature) => {
-        feature.addHook('onRequest', requireAuthentication)
         feature.get(
           '/api/test/scoped',
           filesReadRoute('testScoped', {
@@ -140,8 +138,8 @@ describe('machine secrets', () => {
       expect(responses[1]?.json()).toEqual({ type: 'API_KEY', id: key.id })
       expect(responses[2]?.json()).toEqual({ type: 'SERVICE_ACCOUNT', id: account.id })
 
-      await t.app.apiKeys.flushLastUse()
-      const listed = await t.app.apiKeys.list(organizationId)
+      await t.app.services.apiKeys.flushLastUse()
+      const listed = await t.app.services.apiKeys.list(organizationId)
       expect(listed).toHaveLength(1)
       expect(Object.keys(listed[0] ?? {}).sort()).toEqual([
         'createdAt',

@@ -2,7 +2,7 @@ import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openPostgres } from '../src/db/database.ts'
 import { LISTEN_LOST, LISTEN_RESET } from '../src/db/notifications.ts'
-import { APPROVAL_EMAIL_SUBJECT_KEY } from '../src/services/organization-config.ts'
+import { APPROVAL_EMAIL_SUBJECT_KEY } from '../src/services/purchase-request-approval.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, newUser, type Session, signIn } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/database.ts'
@@ -27,7 +27,7 @@ let adminOnB: Session
 /** Resolves at the next change A applies that satisfies `matches` (registered before the write). */
 function nextChange(app: TestApp['app'], matches: (organizationId: string | null) => boolean): Promise<void> {
   return new Promise((resolve) => {
-    const off = app.orgConfig.onChange((organizationId) => {
+    const off = app.services.orgConfig.onChange((organizationId) => {
       if (!matches(organizationId)) return
       off()
       resolve()
@@ -93,8 +93,8 @@ afterAll(async () => {
 
 describe('organization configuration across instances', () => {
   it('runs two instances on one database', async () => {
-    expect(a.app.orgConfig.listening).toBe(true)
-    expect(b.app.orgConfig.listening).toBe(true)
+    expect(a.app.services.orgConfig.listening).toBe(true)
+    expect(b.app.services.orgConfig.listening).toBe(true)
     if (usingPostgres()) {
       expect(secondHandle.handle).not.toBe(shared.handle)
       const { rows } = await sql<{ count: string }>`
@@ -110,33 +110,33 @@ describe('organization configuration across instances', () => {
     let changed = changeOf(a.app, orgId)
     await putOnB('first')
     await changed
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('first')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('first')
 
     // A serves from its cache: a change that sends no notification is not seen.
     await changeWithoutNotification('unannounced')
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('first')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('first')
 
     changed = changeOf(a.app, orgId)
     await putOnB('second')
     await changed
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('second')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('second')
   })
 
   it("shows B's delete on A at once", async () => {
     let changed = changeOf(a.app, orgId)
     await putOnB('to be removed')
     await changed
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('to be removed')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('to be removed')
 
     changed = changeOf(a.app, orgId)
     await deleteOnB()
     await changed
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBeUndefined()
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBeUndefined()
     // And the absence is cached too, until the next change.
     const reappeared = changeOf(a.app, orgId)
     await putOnB('back')
     await reappeared
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('back')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('back')
   })
 
   it("renders A's approval email with the subject B just configured", async () => {
@@ -163,21 +163,21 @@ describe('organization configuration across instances', () => {
     await changed
     // The read starts, then a notification arrives before its result: that result may be older
     // than the change, so it is returned but not kept.
-    const inFlight = a.app.orgConfig.getValue(orgId, KEY)
-    a.app.orgConfig.applyNotification(orgId)
+    const inFlight = a.app.services.orgConfig.getValue(orgId, KEY)
+    a.app.services.orgConfig.applyNotification(orgId)
     expect(await inFlight).toBe('read in flight')
     await changeWithoutNotification('read afterwards')
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('read afterwards')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('read afterwards')
   })
 
   it('drops its cache while notifications are interrupted, and caches again once they flow', async () => {
     let changed = changeOf(a.app, orgId)
     await putOnB('before the outage')
     await changed
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('before the outage')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('before the outage')
 
-    const lost = nextChange(a.app, () => !a.app.orgConfig.listening)
-    const back = nextChange(a.app, () => a.app.orgConfig.listening)
+    const lost = nextChange(a.app, () => !a.app.services.orgConfig.listening)
+    const back = nextChange(a.app, () => a.app.services.orgConfig.listening)
     if (usingPostgres()) {
       // Kill the LISTEN connections: each instance reconnects by itself.
       await sql`select pg_terminate_backend(pid) from pg_stat_activity
@@ -186,20 +186,20 @@ describe('organization configuration across instances', () => {
       )
     } else {
       // The embedded session cannot be lost; deliver the signals the PostgreSQL listener sends.
-      a.app.orgConfig.applyNotification(LISTEN_LOST)
+      a.app.services.orgConfig.applyNotification(LISTEN_LOST)
     }
     await lost
     // A change whose notification nobody heard.
     await changeWithoutNotification('during the outage')
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('during the outage')
-    if (!usingPostgres()) a.app.orgConfig.applyNotification(LISTEN_RESET)
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('during the outage')
+    if (!usingPostgres()) a.app.services.orgConfig.applyNotification(LISTEN_RESET)
     await back
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('during the outage')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('during the outage')
 
     // Notifications reach A again, over the new connection.
     changed = changeOf(a.app, orgId)
     await putOnB('after the outage')
     await changed
-    expect(await a.app.orgConfig.getValue(orgId, KEY)).toBe('after the outage')
+    expect(await a.app.services.orgConfig.getValue(orgId, KEY)).toBe('after the outage')
   })
 })

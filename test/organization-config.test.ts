@@ -3,7 +3,7 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import { beforeAll, describe, expect, it } from 'vitest'
 import { inTransaction } from '../src/db/database.ts'
 import type { MailTransport, OutgoingMail } from '../src/mail/transports.ts'
-import { APPROVAL_EMAIL_SUBJECT_KEY } from '../src/services/organization-config.ts'
+import { APPROVAL_EMAIL_SUBJECT_KEY } from '../src/services/purchase-request-approval.ts'
 import {
   ACCOUNT_TEST_CONFIG,
   asUser,

@@ -26,7 +26,7 @@ describe('password normalization', () => {
     const user = await newUser(t.app)
     await t.app.db
       .updateTable('accounts')
-      .set({ password_hash: await t.app.passwords.hash(composed) })
+      .set({ password_hash: await t.app.services.passwords.hash(composed) })
       .where('id', '=', user.id)
       .execute()
     expect((await login(t.app, user.email, decomposed)).statusCode).toBe(200)

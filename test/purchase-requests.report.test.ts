@@ -178,7 +178,7 @@ describe('generating the report', () => {
 
   it('shows the id of a creator that is not an account (an API key with purchase_requests:write)', async () => {
     const { member } = await organization()
-    const key = await t.app.apiKeys.create({
+    const key = await t.app.services.apiKeys.create({
       organizationId: member.user.organizationId,
       scopes: ['purchase_requests:write'],
       description: 'integration',
@@ -225,7 +225,7 @@ describe('who may generate the report', () => {
   it('answers an API key without purchase_requests:write with 403 INSUFFICIENT_SCOPE and stores nothing', async () => {
     const { member } = await organization()
     const id = await created(member, 'Read-only integration')
-    const key = await t.app.apiKeys.create({
+    const key = await t.app.services.apiKeys.create({
       organizationId: member.user.organizationId,
       scopes: ['purchase_requests:read', 'files:read', 'files:write'],
       description: 'read-only',

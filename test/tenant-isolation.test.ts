@@ -2,7 +2,6 @@ import { Readable } from 'node:stream'
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import type { LightMyRequestResponse } from 'fastify'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { requireAuthentication } from '../plugins/auth.ts'
 import { currentTenant } from '../src/context.ts'
 import { FAST_LOGIN_CONFIG, type OrganizationSession, signInNewUser } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
@@ -37,7 +36,6 @@ const t = useTestApp({
     app.withTypeProvider<TypeBoxTypeProvider>().post(
       TENANT_ROUTE,
       {
-        onRequest: requireAuthentication,
         schema: {
           body: Type.Object({ marker: Type.String() }, { additionalProperties: false }),
           response: {

@@ -3,7 +3,6 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses } from '../../src/errors.ts'
 import { requireUser } from '../../src/principal.ts'
-import { enforceRateLimits } from '../../src/services/rate-limit.ts'
 import { Empty } from '../users/schemas.ts'
 
 const PasswordResetRequest = Type.Object(
@@ -54,12 +53,21 @@ const BackupCodes = Type.Object(
 )
 
 const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  const { config, clock, db } = app
-
   app.post(
     '/api/auth/password-reset/request',
     {
-      config: { public: true },
+      config: {
+        public: true,
+        rateLimit: [
+          { name: 'reset:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 },
+          {
+            name: 'reset:account',
+            by: { field: 'email', caseless: true },
+            max: 'resetPerHour',
+            windowSeconds: 3600,
+          },
+        ],
+      },
       schema: {
         tags: ['authentication'],
         operationId: 'requestPasswordReset',
@@ -70,13 +78,9 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const email = request.body.email.trim().toLowerCase()
-      await enforceRateLimits(db, clock, [
-        { key: `reset:ip:${request.ip}`, max: config.auth.rateLimit.loginPerMinute, windowSeconds: 60 },
-        { key: `reset:account:${email}`, max: config.auth.rateLimit.resetPerHour, windowSeconds: 3600 },
-      ])
       // The lookup and the email happen after the response, so its timing says nothing about
       // whether the account exists.
-      app.background.run('password-reset-request', () => app.passwordReset.request(email))
+      app.background.run('password-reset-request', () => app.services.passwordReset.request(email))
       return reply.code(202).send({})
     },
   )
@@ -84,7 +88,10 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/api/auth/password-reset/confirm',
     {
-      config: { public: true },
+      config: {
+        public: true,
+        rateLimit: [{ name: 'reset-confirm:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 }],
+      },
       schema: {
         tags: ['authentication'],
         operationId: 'confirmPasswordReset',
@@ -94,14 +101,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request) => {
-      await enforceRateLimits(db, clock, [
-        {
-          key: `reset-confirm:ip:${request.ip}`,
-          max: config.auth.rateLimit.loginPerMinute,
-          windowSeconds: 60,
-        },
-      ])
-      await app.passwordReset.confirm(request.body.token, request.body.newPassword)
+      await app.services.passwordReset.confirm(request.body.token, request.body.newPassword)
       return {}
     },
   )
@@ -121,7 +121,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       reply.header('cache-control', 'no-store')
-      return app.otp.setup(requireUser(request).userId)
+      return app.services.otp.setup(requireUser(request).userId)
     },
   )
 
@@ -141,7 +141,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       reply.header('cache-control', 'no-store')
-      return app.otp.enable(requireUser(request).userId, request.body.code)
+      return app.services.otp.enable(requireUser(request).userId, request.body.code)
     },
   )
 
@@ -156,7 +156,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request) => {
-      await app.otp.disable(requireUser(request).userId)
+      await app.services.otp.disable(requireUser(request).userId)
       return {}
     },
   )

@@ -2,7 +2,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { AppError, problemResponses } from '../../src/errors.ts'
 import { requireUser } from '../../src/principal.ts'
-import { enforceRateLimits, giveBack } from '../../src/services/rate-limit.ts'
 import type { IssuedSession } from '../../src/services/sessions.ts'
 import { clearSessionCookies, setSessionCookies } from './cookies.ts'
 import {
@@ -42,13 +41,26 @@ function withSessionCookies<T extends { description?: string }>(schema: T) {
 
 const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(SessionItem)
-  const { config, clock, db } = app
+  const { config, clock } = app
   const refreshCookie = config.auth.cookie.refreshTokenName
 
   app.post(
     '/api/auth/login',
     {
-      config: { public: true },
+      config: {
+        public: true,
+        // Checked before any password hash is computed. The per-account limit counts every attempt;
+        // the per-IP one counts failures only, so an office behind one address can sign in (decisions 7).
+        rateLimit: [
+          { name: 'login:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60, failuresOnly: true },
+          {
+            name: 'login:account',
+            by: { field: 'username', caseless: true },
+            max: 'loginPerMinute',
+            windowSeconds: 60,
+          },
+        ],
+      },
       schema: {
         tags: ['authentication'],
         operationId: 'login',
@@ -59,23 +71,11 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const { username, password, otpCode } = request.body
-      // Limits are checked before any password hash is computed. The per-account limit counts every
-      // attempt; the per-IP one counts failures only, so an office behind one address can sign in
-      // (decisions 7): a success gives its IP hit back.
-      const [ipHit] = await enforceRateLimits(db, clock, [
-        { key: `login:ip:${request.ip}`, max: config.auth.rateLimit.loginPerMinute, windowSeconds: 60 },
-        {
-          key: `login:account:${username.trim().toLowerCase()}`,
-          max: config.auth.rateLimit.loginPerMinute,
-          windowSeconds: 60,
-        },
-      ])
-      const user = await app.authenticator.authenticate({ username, password, otpCode })
+      const user = await app.services.authenticator.authenticate({ username, password, otpCode })
       if (!user) throw new AppError('INVALID_CREDENTIALS', 'The email or password is not correct')
-      if (ipHit) await giveBack(db, [ipHit])
       const client = { userAgent: request.headers['user-agent'] ?? null, ipAddress: request.ip }
-      const session = await app.sessions.start(user, client)
-      app.background.run('new-device-check', () => app.accounts.onLogin(user.userId, client))
+      const session = await app.services.sessions.start(user, client)
+      app.background.run('new-device-check', () => app.services.newDeviceNotice.onLogin(user.userId, client))
       setSessionCookies(reply, config, session, clock.now())
       return sessionResponse(session)
     },
@@ -84,7 +84,10 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/api/auth/refresh',
     {
-      config: { public: true },
+      config: {
+        public: true,
+        rateLimit: [{ name: 'refresh:ip', by: 'ip', max: 'refreshPerMinute', windowSeconds: 60 }],
+      },
       schema: {
         tags: ['authentication'],
         operationId: 'refresh',
@@ -96,11 +99,8 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      await enforceRateLimits(db, clock, [
-        { key: `refresh:ip:${request.ip}`, max: config.auth.rateLimit.refreshPerMinute, windowSeconds: 60 },
-      ])
       try {
-        const session = await app.sessions.refresh(request.cookies[refreshCookie])
+        const session = await app.services.sessions.refresh(request.cookies[refreshCookie])
         setSessionCookies(reply, config, session, clock.now())
         return sessionResponse(session)
       } catch (error) {
@@ -113,7 +113,18 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/api/auth/service-token',
     {
-      config: { public: true },
+      config: {
+        public: true,
+        rateLimit: [
+          { name: 'service-token:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 },
+          {
+            name: 'service-token:client',
+            by: { field: 'clientId' },
+            max: 'loginPerMinute',
+            windowSeconds: 60,
+          },
+        ],
+      },
       schema: {
         tags: ['service-accounts'],
         operationId: 'serviceToken',
@@ -124,19 +135,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const { clientId, clientSecret } = request.body
-      await enforceRateLimits(db, clock, [
-        {
-          key: `service-token:ip:${request.ip}`,
-          max: config.auth.rateLimit.loginPerMinute,
-          windowSeconds: 60,
-        },
-        {
-          key: `service-token:client:${clientId}`,
-          max: config.auth.rateLimit.loginPerMinute,
-          windowSeconds: 60,
-        },
-      ])
-      const issued = await app.serviceAccounts.issueToken(clientId, clientSecret)
+      const issued = await app.services.serviceAccounts.issueToken(clientId, clientSecret)
       reply.header('cache-control', 'no-store')
       return {
         accessToken: issued.token,
@@ -164,7 +163,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      await app.sessions.logout(request.cookies[refreshCookie])
+      await app.services.sessions.logout(request.cookies[refreshCookie])
       clearSessionCookies(reply, config)
       return reply.code(204).send(null)
     },
@@ -182,7 +181,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const user = requireUser(request)
-      await app.sessions.logoutAll(user.userId)
+      await app.services.sessions.logoutAll(user.userId)
       clearSessionCookies(reply, config)
       return reply.code(204).send(null)
     },
@@ -200,7 +199,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => {
       const user = requireUser(request)
-      const sessions = await app.sessions.list(user.userId)
+      const sessions = await app.services.sessions.list(user.userId)
       return sessions.map((s) => ({
         sessionId: s.id,
         createdAt: s.created_at.toISOString(),
@@ -226,7 +225,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const user = requireUser(request)
-      await app.sessions.revoke(user.userId, request.params.sessionId)
+      await app.services.sessions.revoke(user.userId, request.params.sessionId)
       if (request.params.sessionId === user.sessionId) clearSessionCookies(reply, config)
       return reply.code(204).send(null)
     },

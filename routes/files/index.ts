@@ -2,7 +2,6 @@
 // download address, list a resource's confirmed files. Bytes never pass through the service.
 // Relations are checked on the resource the file belongs to (src/services/files.ts).
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { requireAuthentication } from '../../plugins/auth.ts'
 import { problemResponses } from '../../src/errors.ts'
 import { requirePrincipal } from '../../src/principal.ts'
 import {
@@ -19,7 +18,6 @@ import {
 
 const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(FileRecord)
-  app.addHook('onRequest', requireAuthentication)
 
   app.post(
     '/api/storage/files',
@@ -34,7 +32,7 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      const upload = await app.files.initiate(requirePrincipal(request), request.body)
+      const upload = await app.services.files.initiate(requirePrincipal(request), request.body)
       return reply.code(201).header('location', fileLocation(upload.file.id)).send({
         fileId: upload.file.id,
         uploadUrl: upload.uploadUrl,
@@ -58,7 +56,7 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request) =>
-      toFileRecord(await app.files.confirm(requirePrincipal(request), request.params.fileId)),
+      toFileRecord(await app.services.files.confirm(requirePrincipal(request), request.params.fileId)),
   )
 
   app.get(
@@ -73,7 +71,8 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
         response: { 200: FileRecord, ...problemResponses(401, 403, 404, 503) },
       },
     },
-    async (request) => toFileRecord(await app.files.get(requirePrincipal(request), request.params.fileId)),
+    async (request) =>
+      toFileRecord(await app.services.files.get(requirePrincipal(request), request.params.fileId)),
   )
 
   app.get(
@@ -89,7 +88,10 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request) => {
-      const { url, expiresAt } = await app.files.downloadUrl(requirePrincipal(request), request.params.fileId)
+      const { url, expiresAt } = await app.services.files.downloadUrl(
+        requirePrincipal(request),
+        request.params.fileId,
+      )
       return { downloadUrl: url, expiresAt: expiresAt.toISOString() }
     },
   )
@@ -108,7 +110,7 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => {
       const { resourceType, resourceId } = request.query
-      const files = await app.files.list(requirePrincipal(request), resourceType, resourceId)
+      const files = await app.services.files.list(requirePrincipal(request), resourceType, resourceId)
       return { items: files.map(toFileRecord) }
     },
   )

@@ -5,7 +5,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import type { FastifyRequest } from 'fastify'
-import { requireAuthentication } from '../../plugins/auth.ts'
 import { problemResponses } from '../../src/errors.ts'
 import { requirePrincipal } from '../../src/principal.ts'
 import { checkConfigKey } from '../../src/services/organization-config.ts'
@@ -21,7 +20,6 @@ import {
 
 const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(ConfigEntry)
-  app.addHook('onRequest', requireAuthentication)
 
   /** preHandler: 403 ACCESS_DENIED unless the caller has `relation` on the organization of the path. */
   const requireOrganization = (relation: 'member' | 'admin') => async (request: FastifyRequest) => {
@@ -42,7 +40,9 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         response: { 200: ConfigEntryList, ...problemResponses(401, 403, 503) },
       },
     },
-    async (request) => ({ items: (await app.orgConfig.list(request.params.orgId)).map(toConfigEntry) }),
+    async (request) => ({
+      items: (await app.services.orgConfig.list(request.params.orgId)).map(toConfigEntry),
+    }),
   )
 
   const putSchema = {
@@ -69,7 +69,7 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => {
       const { orgId, key } = request.params
-      return toConfigEntry(await app.orgConfig.put(orgId, key, request.body.value))
+      return toConfigEntry(await app.services.orgConfig.put(orgId, key, request.body.value))
     },
   )
 
@@ -81,7 +81,7 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       schema: { ...deleteSchema, params: ConfigEntryParams },
     },
     async (request, reply) => {
-      await app.orgConfig.delete(request.params.orgId, request.params.key)
+      await app.services.orgConfig.delete(request.params.orgId, request.params.key)
       return reply.code(204).send(null)
     },
   )
@@ -102,7 +102,7 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => {
       const { orgId, '*': key } = request.params
-      return toConfigEntry(await app.orgConfig.put(orgId, key, request.body.value))
+      return toConfigEntry(await app.services.orgConfig.put(orgId, key, request.body.value))
     },
   )
   app.delete(
@@ -113,7 +113,7 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       schema: { ...deleteSchema, params: WildcardParams, operationId: undefined, hide: true },
     },
     async (request, reply) => {
-      await app.orgConfig.delete(request.params.orgId, request.params['*'])
+      await app.services.orgConfig.delete(request.params.orgId, request.params['*'])
       return reply.code(204).send(null)
     },
   )

@@ -9,7 +9,6 @@ import type {
   PurchaseRequestEventRow,
   PurchaseRequestRow,
 } from '../../src/repositories/purchase-requests.ts'
-import { ATTACHMENT_CONTENT_TYPES, PurchaseRequests } from '../../src/services/purchase-requests.ts'
 import { FileRecord, fileLocation, toFileRecord } from '../files/schemas.ts'
 import {
   CreatePurchaseRequest,
@@ -66,19 +65,9 @@ function decodeCursor(cursor: string): PageKey {
 const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(PurchaseRequest)
   app.addSchema(HistoryEntry)
-  // Attachments go through the generic file endpoints with resourceType purchase_request.
-  app.files.registerResourceType('purchase_request', {
-    objectType: 'purchase_request',
-    contentTypes: ATTACHMENT_CONTENT_TYPES,
-  })
-  const service = new PurchaseRequests({
-    db: app.db,
-    clock: app.clock,
-    permissions: { check: app.authz.check, require: app.authz.require },
-    tuples: app.authz.tuples,
-    files: app.files,
-    frontendUrl: app.config.web.frontendUrl,
-  })
+  // Attachments go through the generic file endpoints with resourceType purchase_request (the
+  // binding is in src/services/index.ts).
+  const service = app.services.purchaseRequests
   const read = { scope: 'purchase_requests:read' } as const
   const write = { scope: 'purchase_requests:write' } as const
   const tags = ['purchase-requests']

@@ -4,16 +4,24 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problemResponses } from '../../src/errors.ts'
 import { requireUser } from '../../src/principal.ts'
-import { enforceRateLimits } from '../../src/services/rate-limit.ts'
 import { Empty, InviteUserRequest, UserIdResponse, UserParams, UserStateResponse } from './schemas.ts'
 
 const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  const { config, clock, db } = app
-
   app.post(
     '/api/users',
     {
-      config: { idempotent: true },
+      config: {
+        idempotent: true,
+        rateLimit: [
+          { name: 'invite:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 },
+          {
+            name: 'invite:email',
+            by: { field: 'email', caseless: true },
+            max: 'resetPerHour',
+            windowSeconds: 3600,
+          },
+        ],
+      },
       schema: {
         tags: ['users'],
         operationId: 'inviteUser',
@@ -24,16 +32,8 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const caller = requireUser(request)
-      await enforceRateLimits(db, clock, [
-        { key: `invite:ip:${request.ip}`, max: config.auth.rateLimit.loginPerMinute, windowSeconds: 60 },
-        {
-          key: `invite:email:${request.body.email.trim().toLowerCase()}`,
-          max: config.auth.rateLimit.resetPerHour,
-          windowSeconds: 3600,
-        },
-      ])
       const { email, organizationId, role = 'member' } = request.body
-      const result = await app.accounts.invite(caller, { email, organizationId, role })
+      const result = await app.services.users.invite(caller, { email, organizationId, role })
       return reply.code(202).send(result)
     },
   )
@@ -49,7 +49,7 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
         response: { 200: UserStateResponse, ...problemResponses(401, 403, 404, 409) },
       },
     },
-    async (request) => app.accounts.deactivate(requireUser(request), request.params.id),
+    async (request) => app.services.users.deactivate(requireUser(request), request.params.id),
   )
 
   app.post(
@@ -63,7 +63,7 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
         response: { 200: UserStateResponse, ...problemResponses(401, 403, 404) },
       },
     },
-    async (request) => app.accounts.reactivate(requireUser(request), request.params.id),
+    async (request) => app.services.users.reactivate(requireUser(request), request.params.id),
   )
 
   app.post(
@@ -78,7 +78,7 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      await app.accounts.adminReset(requireUser(request), request.params.id)
+      await app.services.users.adminReset(requireUser(request), request.params.id)
       return reply.code(202).send({})
     },
   )

@@ -156,3 +156,59 @@ export function unlockAccount(db: Executor, email: string, now: Date): Promise<{
     .returning('id')
     .executeTakeFirst()
 }
+
+/** The account, locked for the rest of the transaction. */
+export function lockAccount(trx: Executor, id: string): Promise<AccountRow | undefined> {
+  return trx.selectFrom('accounts').selectAll().where('id', '=', id).forUpdate().executeTakeFirst()
+}
+
+/**
+ * Locks the organization's active admins (in id order, so two transactions cannot deadlock) and
+ * returns how many there are.
+ */
+export async function lockActiveAdmins(trx: Executor, organizationId: string): Promise<number> {
+  const rows = await trx
+    .selectFrom('accounts')
+    .select('id')
+    .where('organization_id', '=', organizationId)
+    .where('role', '=', 'admin')
+    .where('active', '=', true)
+    .orderBy('id')
+    .forUpdate()
+    .execute()
+  return rows.length
+}
+
+/** Deactivates (deactivatedAt set) or reactivates (null) an account. */
+export async function setAccountActive(
+  trx: Executor,
+  id: string,
+  state: { active: boolean; deactivatedAt: Date | null },
+  now: Date,
+): Promise<void> {
+  await trx
+    .updateTable('accounts')
+    .set({ active: state.active, deactivated_at: state.deactivatedAt, updated_at: now })
+    .where('id', '=', id)
+    .execute()
+}
+
+/** Sets a new password: the account becomes active and its lockout is cleared. */
+export async function setNewPassword(
+  trx: Executor,
+  id: string,
+  passwordHash: string,
+  now: Date,
+): Promise<void> {
+  await trx
+    .updateTable('accounts')
+    .set({
+      password_hash: passwordHash,
+      active: true,
+      failed_attempts: 0,
+      locked_until: null,
+      updated_at: now,
+    })
+    .where('id', '=', id)
+    .execute()
+}

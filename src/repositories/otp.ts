@@ -1,4 +1,3 @@
-import { sql } from 'kysely'
 import type { Executor, Tx } from '../db/schema.ts'
 
 export async function storeOtpSecret(
@@ -72,29 +71,4 @@ export async function consumeBackupCode(
     .returning('id')
     .executeTakeFirst()
   return row !== undefined
-}
-
-/** Records a device; true when it had not been seen before for this account. */
-export async function recordDevice(
-  db: Executor,
-  accountId: string,
-  deviceHash: string,
-  now: Date,
-): Promise<boolean> {
-  const row = await db
-    .insertInto('known_devices')
-    .values({ account_id: accountId, device_hash: deviceHash, first_seen_at: now, last_seen_at: now })
-    .onConflict((oc) => oc.columns(['account_id', 'device_hash']).doUpdateSet({ last_seen_at: now }))
-    .returning(sql<boolean>`(xmax = 0)`.as('inserted'))
-    .executeTakeFirstOrThrow()
-  return row.inserted
-}
-
-export async function countDevices(db: Executor, accountId: string): Promise<number> {
-  const row = await db
-    .selectFrom('known_devices')
-    .select((eb) => eb.fn.countAll<string>().as('n'))
-    .where('account_id', '=', accountId)
-    .executeTakeFirstOrThrow()
-  return Number(row.n)
 }

@@ -1,13 +1,7 @@
-import type { Kysely } from 'kysely'
-import type { TupleRecorder } from '../authz/tuples.ts'
-import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
-import { inTransaction } from '../db/database.ts'
-import type { Database, Role } from '../db/schema.ts'
+import type { Role } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
-import { type AccountRow, insertAccount } from '../repositories/accounts.ts'
-import { findOrganization } from '../repositories/organizations.ts'
-import type { PasswordHasher } from './passwords.ts'
+import type { AccountRow } from '../repositories/accounts.ts'
 
 export const PASSWORD_MAX_LENGTH = 256
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
@@ -47,42 +41,9 @@ export function roleTuple(
   }
 }
 
-const isUniqueViolation = (error: unknown) => (error as { code?: string })?.code === '23505'
-
 export interface NewAccount {
   organizationId: string
   email: string
   role: Role
   password: string
-}
-
-/** Creates an active account with a password (operations CLI, demo seed). */
-export async function createAccount(
-  db: Kysely<Database>,
-  deps: { config: Config; passwords: PasswordHasher; clock: Clock; authz: { tuples: TupleRecorder } },
-  input: NewAccount,
-): Promise<AccountRow> {
-  const email = normalizeEmail(input.email)
-  checkPasswordPolicy(deps.config, input.password)
-  const passwordHash = await deps.passwords.hash(input.password)
-  try {
-    return await inTransaction(db, async (trx) => {
-      if (!(await findOrganization(trx, input.organizationId))) {
-        throw new AppError('NOT_FOUND', 'No such organization')
-      }
-      const account = await insertAccount(trx, {
-        organizationId: input.organizationId,
-        email,
-        passwordHash,
-        role: input.role,
-        active: true,
-      })
-      await deps.authz.tuples.record(trx, [roleTuple('write', account)], deps.clock.now())
-      return account
-    })
-  } catch (error) {
-    if (isUniqueViolation(error))
-      throw new AppError('ACCOUNT_EXISTS', 'An account with this email already exists')
-    throw error
-  }
 }

@@ -31,7 +31,7 @@ export interface CredentialAuthenticator {
   authenticate(credentials: Credentials): Promise<AuthenticatedUser | null>
 }
 
-/** Second-factor check used by the built-in authenticator; the account-management feature supplies it. */
+/** Second-factor check used by the built-in authenticator; the TOTP feature supplies it (src/services/index.ts). */
 export type SecondFactorCheck = (account: AccountRow, otpCode: string | undefined) => Promise<boolean>
 
 export interface AccountAuthenticatorDeps {
@@ -39,6 +39,8 @@ export interface AccountAuthenticatorDeps {
   clock: Clock
   config: Config
   passwords: PasswordHasher
+  /** The second factor (the TOTP feature); without one, a right password is enough. */
+  secondFactor?: SecondFactorCheck | undefined
 }
 
 /**
@@ -50,14 +52,9 @@ export interface AccountAuthenticatorDeps {
  */
 export class AccountAuthenticator implements CredentialAuthenticator {
   readonly #deps: AccountAuthenticatorDeps
-  #secondFactor: SecondFactorCheck | null = null
 
   constructor(deps: AccountAuthenticatorDeps) {
     this.#deps = deps
-  }
-
-  useSecondFactor(check: SecondFactorCheck): void {
-    this.#secondFactor = check
   }
 
   async authenticate({ username, password, otpCode }: Credentials): Promise<AuthenticatedUser | null> {
@@ -75,10 +72,10 @@ export class AccountAuthenticator implements CredentialAuthenticator {
     const { account } = claimed
     // A wrong password (or, below, a wrong code) stays counted as the claim counted it.
     if (!(await passwords.verify(account.password_hash, password))) return null
-    if (this.#secondFactor) {
+    if (this.#deps.secondFactor) {
       let passed: boolean
       try {
-        passed = await this.#secondFactor(account, otpCode)
+        passed = await this.#deps.secondFactor(account, otpCode)
       } catch (error) {
         // OTP_REQUIRED: the password was right and no code was tried, so the attempt is given back.
         if (error instanceof AppError && error.code === 'OTP_REQUIRED') {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
+import type { Permissions } from '../authz/permissions.ts'
 import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import { requireTenant } from '../context.ts'
@@ -47,11 +48,6 @@ export interface ResourceTypeDefinition {
   contentTypes: readonly string[]
 }
 
-export interface FileAuthorizer {
-  /** 403 ACCESS_DENIED unless the principal has the relation on `type:id`. */
-  require(principal: Principal, relation: string, object: string): Promise<void>
-}
-
 export interface AuthorizationModelTypes {
   hasRelation(type: string, relation: string): boolean
 }
@@ -59,7 +55,7 @@ export interface AuthorizationModelTypes {
 export interface FileServiceOptions {
   db: Kysely<Database>
   store: ObjectStore
-  authz: FileAuthorizer
+  authz: Pick<Permissions, 'require'>
   model: AuthorizationModelTypes
   clock: Clock
   storage: Config['storage']
@@ -101,7 +97,7 @@ function validationFailed(path: string, message: string): AppError {
 export class FileService {
   readonly #db: Kysely<Database>
   readonly #store: ObjectStore
-  readonly #authz: FileAuthorizer
+  readonly #authz: Pick<Permissions, 'require'>
   readonly #model: AuthorizationModelTypes
   readonly #clock: Clock
   readonly #storage: Config['storage']

@@ -5,7 +5,6 @@ import { inTransaction } from '../db/database.ts'
 import { LISTEN_LOST, LISTEN_RESET, notify } from '../db/notifications.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
-import { cleanSubject } from '../mail/templates.ts'
 import {
   deleteConfigEntry,
   listConfigEntries,
@@ -29,8 +28,6 @@ import {
 export const ORGANIZATION_CONFIG_CHANNEL = 'organization_config'
 export const CONFIG_KEY_PATTERN = '^[a-z0-9][a-z0-9._-]{0,127}$'
 export const CONFIG_VALUE_MAX_BYTES = 64 * 1024
-/** The organization key holding the subject of the purchase-request approval email (spec 2.11). */
-export const APPROVAL_EMAIL_SUBJECT_KEY = 'purchase_request.approval_email_subject'
 
 const KEY = new RegExp(CONFIG_KEY_PATTERN)
 
@@ -200,15 +197,4 @@ export class OrganizationConfig {
     }
     return rows
   }
-}
-
-/**
- * The approval email's subject from the organization's configured text: `{title}` is replaced by
- * the purchase request's title, and CR/LF become spaces so the value cannot add a mail header.
- * Undefined (the template's default applies) when nothing usable is configured.
- */
-export function approvalEmailSubject(configured: string | undefined, title: string): string | undefined {
-  if (configured === undefined || configured.trim() === '') return undefined
-  const subject = cleanSubject(configured.replaceAll('{title}', () => title))
-  return subject === '' ? undefined : subject
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
+import type { Permissions } from '../authz/permissions.ts'
 import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import { requireTenant } from '../context.ts'
@@ -34,19 +35,13 @@ import {
   type PurchaseRequestStatus,
 } from './purchase-request-workflow.ts'
 
-/** What the service needs from the authorization feature. */
-export interface PermissionGate {
-  check(principal: Principal, relation: string, object: string): Promise<boolean>
-  require(principal: Principal, relation: string, object: string): Promise<void>
-}
-
 /** What the service needs from the file feature: listing a resource's files, storing generated ones. */
 export type AttachmentStore = Pick<FileService, 'list' | 'storeGenerated'>
 
 export interface PurchaseRequestDeps {
   db: Kysely<Database>
   clock: Clock
-  permissions: PermissionGate
+  permissions: Permissions
   tuples: TupleRecorder
   files: AttachmentStore
   /** Base of the link to the request in the approval email (`platform.web.frontend-url`). */

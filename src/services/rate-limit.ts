@@ -1,9 +1,46 @@
 import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import { deleteRateLimitsBefore, hitRateLimit, unhitRateLimit } from '../repositories/rate-limits.ts'
 import type { RetentionRule } from './housekeeping.ts'
+
+/**
+ * A limit as a route declares it (route config `rateLimit`), enforced before the handler runs by
+ * plugins/rate-limits.ts. The counter is `<name>:<value>`, the value being the client address or a
+ * body field.
+ */
+export interface RateLimitRule {
+  name: string
+  /** What is counted: the client address, or a body field (`caseless`: trimmed and lower-cased, for emails). */
+  by: 'ip' | { field: string; caseless?: boolean }
+  /** The configured allowance (platform.auth.rate-limit.*). */
+  max: keyof Config['auth']['rateLimit']
+  windowSeconds: number
+  /** Only failures count: a successful request gives its hit back (the per-IP login limit, decisions 7). */
+  failuresOnly?: boolean
+}
+
+/** The concrete limits of a request under the route's rules. */
+export function limitsFor(
+  rules: readonly RateLimitRule[],
+  config: Config,
+  request: { ip: string; body?: unknown },
+): Limit[] {
+  return rules.map((rule) => {
+    let value = request.ip
+    if (rule.by !== 'ip') {
+      const field = String((request.body as Record<string, unknown> | undefined)?.[rule.by.field] ?? '')
+      value = rule.by.caseless ? field.trim().toLowerCase() : field
+    }
+    return {
+      key: `${rule.name}:${value}`,
+      max: config.auth.rateLimit[rule.max],
+      windowSeconds: rule.windowSeconds,
+    }
+  })
+}
 
 export interface Limit {
   /** Counter name, e.g. `login:ip:203.0.113.9`. */

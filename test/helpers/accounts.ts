@@ -4,7 +4,6 @@ import type { ParsedMail } from 'mailparser'
 import { afterAll, beforeAll, expect } from 'vitest'
 import type { Role } from '../../src/db/schema.ts'
 import { SmtpTransport } from '../../src/mail/transports.ts'
-import { createAccount } from '../../src/services/accounts.ts'
 import { createOrganization } from '../../src/services/organizations.ts'
 import { createTestApp, type TestApp, type TestAppOptions } from './app.ts'
 import { TestSmtpServer } from './smtp.ts'
@@ -76,7 +75,7 @@ export async function newUser(
 ): Promise<TestUser> {
   const organizationId = options.organizationId ?? (await newOrganization(app))
   const email = options.email ?? uniqueEmail(options.role ?? 'member')
-  const account = await createAccount(app.db, app, {
+  const account = await app.services.users.create({
     organizationId,
     email,
     role: options.role ?? 'member',
@@ -163,8 +162,12 @@ export async function newActor(
 
 /** A valid access token of a made-up user and session in the organization, signed by the app. */
 export function userAccessToken(app: FastifyInstance, organizationId: string): string {
-  return app.tokens.issueUserToken({ sub: randomUUID(), sid: randomUUID(), org: organizationId, ver: 0 })
-    .token
+  return app.services.tokens.issueUserToken({
+    sub: randomUUID(),
+    sid: randomUUID(),
+    org: organizationId,
+    ver: 0,
+  }).token
 }
 
 /** A request as the signed-in user (access cookie), or unauthenticated with null. */

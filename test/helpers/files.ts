@@ -1,8 +1,5 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { afterAll, beforeAll, expect } from 'vitest'
-import storagePlugin from '../../plugins/storage.ts'
-import filesRoutes from '../../routes/files/index.ts'
-import { ATTACHMENT_CONTENT_TYPES } from '../../src/services/purchase-requests.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, newUser, type Session, signIn } from './accounts.ts'
 import { createTestApp, type TestApp, type TestAppOptions } from './app.ts'
 import { queueOwnedPurchaseRequest } from './authz.ts'
@@ -13,22 +10,6 @@ import { startTestS3, type TestS3 } from './s3.ts'
 
 export interface FilesTestApp extends TestApp {
   s3: TestS3
-}
-
-/**
- * Registers the storage plugin, the purchase_request resource type and the file routes, each only
- * when the app does not have it yet (so this keeps working once src/app.ts and the purchase-request
- * feature register them).
- */
-export async function withFiles(app: FastifyInstance): Promise<void> {
-  if (!app.hasDecorator('files')) await app.register(storagePlugin)
-  if (!app.files.resourceTypes().includes('purchase_request')) {
-    app.files.registerResourceType('purchase_request', {
-      objectType: 'purchase_request',
-      contentTypes: ATTACHMENT_CONTENT_TYPES,
-    })
-  }
-  if (!app.hasRoute({ method: 'POST', url: '/api/storage/files' })) await app.register(filesRoutes)
 }
 
 /**
@@ -43,10 +24,6 @@ export function useFilesTestApp(options: TestAppOptions = {}): FilesTestApp {
       clock: new TestClock(new Date()),
       ...options,
       config: { ...ACCOUNT_TEST_CONFIG, ...s3.config, ...options.config },
-      configure: async (app) => {
-        await withFiles(app)
-        await options.configure?.(app)
-      },
     })
     Object.assign(holder, t, { s3 })
   })

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto'
 import { Type } from '@sinclair/typebox'
 import type { FastifyInstance, FastifySchema } from 'fastify'
 import { expect } from 'vitest'
-import { requireAuthentication } from '../../plugins/auth.ts'
 import { type Principal, requirePrincipal } from '../../src/principal.ts'
 
 // Machine principals in tests: API keys and service accounts made with chosen scopes, the headers
@@ -33,7 +32,6 @@ export function filesReadRoute<S extends FastifySchema>(operationId: string, sch
 export function protectedTestRoutes(more: (feature: FastifyInstance) => void = () => {}) {
   return async (app: FastifyInstance): Promise<void> => {
     await app.register(async (feature) => {
-      feature.addHook('onRequest', requireAuthentication)
       feature.get(
         '/api/test/scoped',
         filesReadRoute('testScoped', { response: { 200: PrincipalView } }),
@@ -60,7 +58,7 @@ export async function newApiKey(
   scopes: string[],
   options: { description?: string; expiresAt?: Date | null } = {},
 ): Promise<TestApiKey> {
-  const key = await app.apiKeys.create({
+  const key = await app.services.apiKeys.create({
     organizationId,
     scopes,
     description: options.description ?? 'integration',
@@ -86,7 +84,7 @@ export async function serviceBearer(
   scopes: string[],
   clientId = `backend-${randomUUID()}`,
 ): Promise<{ authorization: string }> {
-  const account = await app.serviceAccounts.create({ clientId, description: 'a backend', scopes })
+  const account = await app.services.serviceAccounts.create({ clientId, description: 'a backend', scopes })
   const token = await app.inject({
     method: 'POST',
     url: '/api/auth/service-token',

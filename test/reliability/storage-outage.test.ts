@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ACCOUNT_TEST_CONFIG, expectProblem } from '../helpers/accounts.ts'
 import { createTestApp, type TestApp } from '../helpers/app.ts'
 import { TestClock } from '../helpers/clock.ts'
-import { confirm, initiated, newEditor, putBytes, withFiles } from '../helpers/files.ts'
+import { confirm, initiated, newEditor, putBytes } from '../helpers/files.ts'
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
@@ -24,7 +24,6 @@ describe('the object store going away under the service', () => {
         ...s3.config,
         'platform.storage.s3.endpoint': `http://127.0.0.1:${proxy.port}`,
       },
-      configure: withFiles,
     })
   }, 60_000)
 

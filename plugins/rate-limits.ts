@@ -1,0 +1,49 @@
+// Enforces the rate limits routes declare in their config (`rateLimit: RateLimitRule[]`), in one
+// preHandler hook: after the body is validated (limits may count a body field) and before the
+// handler, so no password is hashed for a request over its limit. Limits whose rule counts failures
+// only give their hit back when the answer is a success. Needs config and db.
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import {
+  type CountedHit,
+  enforceRateLimits,
+  giveBack,
+  limitsFor,
+  type RateLimitRule,
+} from '../src/services/rate-limit.ts'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The limits this route counts, checked in order; the first exceeded answers 429 RATE_LIMITED. */
+    rateLimit?: readonly RateLimitRule[]
+  }
+  interface FastifyRequest {
+    /** Hits to give back if the request succeeds (rules with `failuresOnly`). */
+    rateLimitRefunds: CountedHit[] | null
+  }
+}
+
+async function rateLimitsPlugin(app: FastifyInstance) {
+  const { config, clock, db } = app
+  app.decorateRequest('rateLimitRefunds', null)
+
+  app.addHook('preHandler', async (request) => {
+    const rules = request.routeOptions.config.rateLimit
+    if (!rules || rules.length === 0) return
+    const hits = await enforceRateLimits(db, clock, limitsFor(rules, config, request))
+    const refunds = hits.filter((_hit, index) => rules[index]?.failuresOnly)
+    if (refunds.length > 0) request.rateLimitRefunds = refunds
+  })
+
+  // Given back before the answer leaves, so a client's next request already sees it.
+  app.addHook('onSend', async (request, reply) => {
+    const refunds = request.rateLimitRefunds
+    if (!refunds || reply.statusCode >= 400) return
+    request.rateLimitRefunds = null
+    await giveBack(db, refunds).catch((error: unknown) =>
+      request.log.warn({ err: error }, 'giving back a rate-limit hit failed'),
+    )
+  })
+}
+
+export default fp(rateLimitsPlugin, { name: 'rate-limits', fastify: '5.x', dependencies: ['config', 'db'] })
