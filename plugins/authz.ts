@@ -66,7 +66,13 @@ function configuredPort(app: FastifyInstance, model: ModelIndex): AuthorizationP
 async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
   const model = new ModelIndex(await loadModel())
   const port = options.port ?? configuredPort(app, model)
-  const outbox = new AuthzOutboxWorker({ db: app.db, port, clock: app.clock, log: app.log })
+  const outbox = new AuthzOutboxWorker({
+    db: app.db,
+    port,
+    clock: app.clock,
+    log: app.log,
+    listen: app.database.listen,
+  })
 
   const permissions = createPermissions(port, app.log)
 
@@ -82,7 +88,7 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
     require: permissions.require,
   } satisfies Authz)
   app.readiness.add('authorization', () => port.ready())
-  if (options.startWorker ?? true) app.addHook('onReady', async () => outbox.start())
+  if (options.startWorker ?? true) app.addHook('onReady', () => outbox.start())
   app.addHook('onClose', async () => {
     await outbox.stop()
     if (!options.port) await port.close()

@@ -5,6 +5,7 @@ import fp from 'fastify-plugin'
 import type { Kysely } from 'kysely'
 import { type DatabaseHandle, openDatabase } from '../src/db/database.ts'
 import { migrateToLatest } from '../src/db/migrator.ts'
+import { sharedListen } from '../src/db/notifications.ts'
 import type { Database } from '../src/db/schema.ts'
 
 declare module 'fastify' {
@@ -26,7 +27,8 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
     (await openDatabase(app.config, {
       onIdleError: (error) => app.log.warn({ err: error }, 'database connection failed'),
     }))
-  app.decorate('database', database)
+  // One LISTEN connection per channel for the whole app, however many features subscribe.
+  app.decorate('database', { ...database, listen: sharedListen(database.listen) })
   app.decorate('db', database.db)
   if (owned) app.addHook('onClose', () => database.close())
   if (app.config.datasource.migrateOnStart) {

@@ -50,6 +50,7 @@ async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
     from: app.config.mail.from,
     log: app.log.child({ component: 'mail' }),
     templates,
+    listen: app.database.listen,
   })
   app.decorate('mail', {
     enqueue: enqueueMail,
@@ -60,7 +61,7 @@ async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
   })
 
   if (options.startWorker !== false) {
-    app.addHook('onReady', async () => worker.start())
+    app.addHook('onReady', () => worker.start())
   }
   app.addHook('onClose', async () => {
     await worker.stop()

@@ -1,10 +1,11 @@
 // Decorates `app.metrics` (a Prometheus registry of this instance) and serves GET /metrics;
-// needs db for the pool gauges. Request durations are labelled by route pattern, never raw URL.
+// needs db for the pool and outbox gauges. Request durations are labelled by route pattern, never raw URL.
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
 import { AppError, problemResponses } from '../src/errors.ts'
+import { outboxCounts } from '../src/repositories/outbox-status.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -36,6 +37,21 @@ async function metricsPlugin(app: FastifyInstance) {
       this.set({ state: 'idle' }, stats.idle)
       this.set({ state: 'waiting' }, stats.waiting)
       this.set({ state: 'max' }, stats.max)
+    },
+  })
+
+  // Read at scrape time from the database, so every instance reports the same backlog.
+  const db = app.db
+  new Gauge({
+    name: 'outbox_messages',
+    help: 'Outbox rows by kind (mail, authz) and state: pending, or dead_letter (given up)',
+    labelNames: ['kind', 'state'] as const,
+    registers: [registry],
+    async collect() {
+      for (const { kind, pending, deadLetters } of await outboxCounts(db)) {
+        this.set({ kind, state: 'pending' }, pending)
+        this.set({ kind, state: 'dead_letter' }, deadLetters)
+      }
     },
   })
 

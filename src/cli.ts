@@ -10,6 +10,7 @@ import { developmentSecret } from './dev-secret.ts'
 import { AppError } from './errors.ts'
 import { listAccounts, unlockAccount } from './repositories/accounts.ts'
 import { listOrganizations } from './repositories/organizations.ts'
+import { listDeadLetters, outboxCounts } from './repositories/outbox-status.ts'
 import { createOrganization } from './services/organizations.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
 
@@ -177,6 +178,18 @@ const commands: Record<string, Command> = {
     migrateOnStart: true,
     options: { 'client-id': { type: 'string' } },
     run: async (app, values) => app.services.serviceAccounts.disable(required(values, 'client-id')),
+  },
+  'outbox status': {
+    usage: 'outbox status [--limit N]',
+    migrateOnStart: true,
+    options: { limit: { type: 'string' } },
+    run: async (app, values) => {
+      const limit = Number(values.limit ?? 20)
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+        throw new UsageError('--limit must be 1 to 1000')
+      // What each outbox holds, and the latest dead letters with the error that ended them.
+      return { outboxes: await outboxCounts(app.db), deadLetters: await listDeadLetters(app.db, limit) }
+    },
   },
 }
 

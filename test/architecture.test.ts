@@ -31,7 +31,7 @@ const ENTRY = [
 function layer(file: string): number {
   if (FOUNDATION.includes(file)) return 0
   if (file.startsWith('src/db/') || file.startsWith('src/repositories/')) return 1
-  if (/^src\/(services|authz|mail|storage)\//.test(file)) return 2
+  if (/^src\/(services|authz|mail|storage|outbox)\//.test(file)) return 2
   if (file.startsWith('plugins/')) return 3
   if (file.startsWith('routes/')) return 4
   if (ENTRY.includes(file)) return 5

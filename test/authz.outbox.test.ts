@@ -78,41 +78,43 @@ describe('authorization outbox', () => {
     ])
     const ids = queued.map((r) => r.id)
 
-    // Down: nothing is delivered, the head of the queue backs off 1 s, the rest waits behind it.
+    // Down: nothing is delivered, the head of the queue backs off (2 s less a random half: the
+    // engine's policy), the rest waits behind it.
     const firstFailure = t.clock.now()
     expect(await runOnce()).toBe(0)
     let [head, next] = await outboxRows(ids)
     expect(head).toMatchObject({
       processed_at: null,
       attempts: 1,
-      next_attempt_at: new Date(firstFailure.getTime() + 1000),
       last_error: expect.stringContaining('ECONNREFUSED'),
     })
+    const waitAfter = (row: typeof head, failure: Date) =>
+      (row?.next_attempt_at.getTime() ?? 0) - failure.getTime()
+    expect(waitAfter(head, firstFailure)).toBeGreaterThanOrEqual(1000)
+    expect(waitAfter(head, firstFailure)).toBeLessThanOrEqual(2000)
     expect(next).toMatchObject({ processed_at: null, attempts: 0, last_error: null })
     expect(await canView()).toBe(false)
 
     // Before the backoff has passed, the server is not even asked.
     const attempts = t.port.attempts
-    t.clock.advance(999)
+    t.clock.advance(waitAfter(head, firstFailure) - 1)
     expect(await runOnce()).toBe(0)
     expect(t.port.attempts).toBe(attempts)
 
-    // Still down at the next attempt: the backoff doubles (1 s × 2^attempts).
+    // Still down at the next attempt: the backoff doubles (2 s × 2^(attempts−1), less a random half).
     t.clock.advance(1)
     const secondFailure = t.clock.now()
     expect(await runOnce()).toBe(0)
     ;[head] = await outboxRows(ids)
-    expect(head).toMatchObject({
-      processed_at: null,
-      attempts: 2,
-      next_attempt_at: new Date(secondFailure.getTime() + 2000),
-    })
+    expect(head).toMatchObject({ processed_at: null, attempts: 2 })
+    expect(waitAfter(head, secondFailure)).toBeGreaterThanOrEqual(2000)
+    expect(waitAfter(head, secondFailure)).toBeLessThanOrEqual(4000)
     expect(await t.app.authz.outbox.pending()).toBe(2)
     expect(await canView()).toBe(false)
 
     // Back: once the backoff has passed, both changes are delivered and the resource is readable.
     t.port.failures = {}
-    t.clock.advance(2000)
+    t.clock.advance(waitAfter(head, secondFailure))
     expect(await runOnce()).toBe(2)
     ;[head, next] = await outboxRows(ids)
     expect(head?.processed_at).toEqual(t.clock.now())
@@ -149,10 +151,17 @@ describe('authorization outbox', () => {
     const rows = await outboxRows()
     const [alone, inBatch, ...delivered] = rows.slice(-4)
     for (const row of [alone, inBatch]) {
-      expect(row).toMatchObject({ subject: user, processed_at: t.clock.now(), attempts: 0 })
+      // Dead-lettered: never retried, counted by the metrics and listed by the CLI.
+      expect(row).toMatchObject({
+        subject: user,
+        processed_at: t.clock.now(),
+        failed_at: t.clock.now(),
+        attempts: 0,
+      })
       expect(row?.last_error).toMatch(/^rejected: /)
     }
-    for (const row of delivered) expect(row).toMatchObject({ processed_at: t.clock.now(), last_error: null })
+    for (const row of delivered)
+      expect(row).toMatchObject({ processed_at: t.clock.now(), failed_at: null, last_error: null })
     for (const key of after) expect(await exists(key)).toBe(true)
     const stored = await t.app.db
       .selectFrom('authz_tuples')

@@ -259,6 +259,65 @@ describe('operators see what exists (issue 12 item 7)', () => {
     expect(() => JSON.parse(help.stdout)).toThrow()
   })
 
+  it('reports what each outbox holds and lists the dead letters with their errors', async () => {
+    const before = JSON.parse((await cli('outbox', 'status')).stdout)
+    expect(before.outboxes).toEqual([
+      { kind: 'mail', pending: expect.any(Number), deadLetters: expect.any(Number) },
+      { kind: 'authz', pending: expect.any(Number), deadLetters: expect.any(Number) },
+    ])
+    if (!database) return
+    // On PostgreSQL the test can write beside the CLI: one mail given up, one change the model rejected.
+    const now = new Date()
+    await database.handle.db
+      .insertInto('mail_outbox')
+      .values({
+        template: 'password_reset',
+        recipient: 'a@example.com',
+        data: '{}',
+        created_at: now,
+        next_attempt_at: now,
+        attempts: 20,
+        failed_at: now,
+        last_error: '421: try later',
+      })
+      .execute()
+    await database.handle.db
+      .insertInto('authz_outbox')
+      .values({
+        operation: 'write',
+        subject: 'user:x',
+        relation: 'nope',
+        object: 'organization:y',
+        created_at: now,
+        next_attempt_at: now,
+        processed_at: now,
+        failed_at: now,
+        last_error: 'rejected: no relation nope',
+      })
+      .execute()
+    const after = JSON.parse((await cli('outbox', 'status', '--limit', '5')).stdout)
+    const dead = (kind: string, report: typeof before) =>
+      report.outboxes.find((o: { kind: string }) => o.kind === kind).deadLetters
+    expect(dead('mail', after)).toBe(dead('mail', before) + 1)
+    expect(dead('authz', after)).toBe(dead('authz', before) + 1)
+    expect(after.deadLetters).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          kind: 'mail',
+          what: 'password_reset',
+          attempts: 20,
+          lastError: '421: try later',
+        }),
+        expect.objectContaining({
+          kind: 'authz',
+          what: 'write user:x nope organization:y',
+          lastError: 'rejected: no relation nope',
+        }),
+      ]),
+    )
+    expect((await cli('outbox', 'status', '--limit', '0')).code).not.toBe(0)
+  })
+
   it('runs housekeeping once and reports what each rule removed', async () => {
     const result = await cli('housekeeping', 'run')
     expect(result.code).toBe(0)

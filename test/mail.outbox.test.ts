@@ -1,15 +1,10 @@
 import pino from 'pino'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { inTransaction } from '../src/db/database.ts'
-import {
-  enqueueMail,
-  MAIL_MAX_ATTEMPTS,
-  type MailMessage,
-  MailOutboxWorker,
-  retryDelayMs,
-} from '../src/mail/outbox.ts'
+import { enqueueMail, MAIL_MAX_ATTEMPTS, type MailMessage, MailOutboxWorker } from '../src/mail/outbox.ts'
 import { type MailTemplateName, MailTemplates } from '../src/mail/templates.ts'
 import { type MailTransport, SmtpTransport } from '../src/mail/transports.ts'
+import { retryDelayMs } from '../src/outbox/engine.ts'
 import { createTestApp, LogCapture } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
@@ -57,6 +52,8 @@ function worker(
     clock,
     from: 'Platform <no-reply@platform.test>',
     log: pino(logs),
+    // The retry jitter pinned to its upper end, so the wait each failure sets is known exactly.
+    random: () => 0,
     ...options,
   })
 }
@@ -109,6 +106,29 @@ describe('mail outbox', () => {
     expect(await worker().runOnce()).toBe(0)
     expect(smtp.received).toHaveLength(0)
     expect(await db().selectFrom('mail_outbox').select('id').execute()).toEqual([])
+  })
+
+  it('is woken by the insert when a message is queued, without waiting for a poll', async () => {
+    // A poll an hour apart: only the NOTIFY of the outbox's insert trigger (migration 0018) can
+    // bring this message out in time.
+    const listening = new MailOutboxWorker({
+      db: db(),
+      transport: up,
+      clock,
+      from: 'Platform <no-reply@platform.test>',
+      log: pino(logs),
+      listen: database.handle.listen,
+      pollIntervalMs: 3_600_000,
+    })
+    await listening.start()
+    try {
+      const { messageId } = await enqueue(resetMail())
+      await smtp.waitForCount(1)
+      expect(smtp.received).toHaveLength(1)
+      expect(smtp.received[0]?.raw.toString()).toContain(`<${messageId}@platform.test>`)
+    } finally {
+      await listening.stop()
+    }
   })
 
   it('delivers each of 20 messages exactly once with two workers running concurrently', async () => {
@@ -165,16 +185,16 @@ describe('mail outbox', () => {
       expect(await failing.runOnce()).toBe(1)
       let stored = await row(id)
       expect(stored).toMatchObject({ attempts: 1, sent_at: null, failed_at: null, lease_until: null })
-      expect(stored.next_attempt_at).toEqual(new Date(start + 5_000))
+      expect(stored.next_attempt_at).toEqual(new Date(start + retryDelayMs(1, () => 0)))
       expect(stored.last_error).toMatch(/ECONNREFUSED|ESOCKET|ECONNECTION/)
 
       // Not due yet: nothing is attempted.
       expect(await failing.runOnce()).toBe(0)
-      clock.advance(5_000)
+      clock.advance(retryDelayMs(1, () => 0))
       expect(await failing.runOnce()).toBe(1)
       stored = await row(id)
       expect(stored.attempts).toBe(2)
-      expect(stored.next_attempt_at).toEqual(new Date(clock.now().getTime() + 10_000))
+      expect(stored.next_attempt_at).toEqual(new Date(clock.now().getTime() + retryDelayMs(2, () => 0)))
       expect(stored.sent_at).toBeNull()
       expect(smtp.received).toHaveLength(0)
 
@@ -189,7 +209,7 @@ describe('mail outbox', () => {
     }
 
     const recovered = worker(up)
-    clock.advance(10_000)
+    clock.advance(retryDelayMs(2, () => 0))
     expect(await recovered.runOnce()).toBe(1)
     expect(smtp.received).toHaveLength(1)
     expect(await row(id)).toMatchObject({ attempts: 3, sent_at: clock.now(), last_error: null })
@@ -198,7 +218,7 @@ describe('mail outbox', () => {
     expect(smtp.received).toHaveLength(1)
   })
 
-  it('gives up after 10 failed attempts and no longer retries the message', async () => {
+  it('gives up after 20 failed attempts and no longer retries the message', async () => {
     const down = new SmtpTransport(`smtp://127.0.0.1:${await closedPort()}`)
     const { id } = await enqueue(resetMail())
     const failing = worker(down)
@@ -209,8 +229,10 @@ describe('mail outbox', () => {
         expect(stored.attempts).toBe(attempt)
         if (attempt < MAIL_MAX_ATTEMPTS) {
           expect(stored.failed_at).toBeNull()
-          expect(stored.next_attempt_at).toEqual(new Date(clock.now().getTime() + retryDelayMs(attempt)))
-          clock.advance(retryDelayMs(attempt))
+          expect(stored.next_attempt_at).toEqual(
+            new Date(clock.now().getTime() + retryDelayMs(attempt, () => 0)),
+          )
+          clock.advance(retryDelayMs(attempt, () => 0))
         } else {
           expect(stored.failed_at).toEqual(clock.now())
         }
@@ -227,10 +249,17 @@ describe('mail outbox', () => {
     }
   })
 
-  it('waits 5 s × 2^(n−1) after the n-th failure, at most an hour', () => {
-    expect([1, 2, 3, 4, 10].map(retryDelayMs)).toEqual([5_000, 10_000, 20_000, 40_000, 2_560_000])
-    expect(retryDelayMs(11)).toBe(3_600_000)
-    expect(retryDelayMs(30)).toBe(3_600_000)
+  it('waits 2 s × 2^(n−1) after the n-th failure, at most 5 minutes, less a random half (one policy for every outbox)', () => {
+    const full = (n: number) => retryDelayMs(n, () => 0)
+    expect([1, 2, 3, 4, 8].map(full)).toEqual([2_000, 4_000, 8_000, 16_000, 256_000])
+    expect(full(9)).toBe(300_000)
+    expect(full(30)).toBe(300_000)
+    expect(retryDelayMs(4, () => 0.5)).toBe(12_000)
+    expect(retryDelayMs(9, () => 0.999_999)).toBe(150_000)
+    const drawn = Array.from({ length: 200 }, () => retryDelayMs(5))
+    expect(Math.min(...drawn)).toBeGreaterThanOrEqual(16_000)
+    expect(Math.max(...drawn)).toBeLessThanOrEqual(32_000)
+    expect(new Set(drawn).size).toBeGreaterThan(1)
   })
 
   it('marks a row with an unknown template failed at once', async () => {

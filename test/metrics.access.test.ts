@@ -49,4 +49,28 @@ describe('/metrics access', () => {
     const t = await createTestAppForTest()
     expect((await t.app.inject({ method: 'GET', url: '/metrics' })).statusCode).toBe(200)
   })
+
+  it("reports each outbox's pending rows and dead letters, read from the database", async () => {
+    const t = await createTestAppForTest()
+    const gauge = async (kind: string, state: string) => {
+      const body = (await t.app.inject({ method: 'GET', url: '/metrics' })).body
+      const line = body
+        .split('\n')
+        .find((l) => l.startsWith(`outbox_messages{kind="${kind}",state="${state}"}`))
+      return Number(line?.split(' ').pop())
+    }
+    const before = { pending: await gauge('mail', 'pending'), dead: await gauge('mail', 'dead_letter') }
+    const now = new Date()
+    const row = { template: 'password_changed', recipient: 'a@example.com', data: '{}', created_at: now }
+    await t.app.db
+      .insertInto('mail_outbox')
+      .values([
+        { ...row, next_attempt_at: new Date(now.getTime() + 3_600_000) },
+        { ...row, next_attempt_at: now, failed_at: now, last_error: 'gave up' },
+      ])
+      .execute()
+    expect(await gauge('mail', 'pending')).toBe(before.pending + 1)
+    expect(await gauge('mail', 'dead_letter')).toBe(before.dead + 1)
+    expect(await gauge('authz', 'dead_letter')).toBeGreaterThanOrEqual(0)
+  })
 })

@@ -116,3 +116,36 @@ export async function listenPostgres(
     await client?.end().catch(() => {})
   }
 }
+
+type Listen = (channel: string, onMessage: (payload: string) => void) => Promise<() => Promise<void>>
+
+/**
+ * Shares one subscription per channel among every subscriber of the process (each LISTEN on
+ * PostgreSQL is a connection of its own): the first subscriber opens it, the last one closes it.
+ */
+export function sharedListen(listen: Listen): Listen {
+  const channels = new Map<
+    string,
+    { subscribers: Set<(payload: string) => void>; opened: Promise<() => Promise<void>> }
+  >()
+  return async (channel, onMessage) => {
+    let entry = channels.get(channel)
+    if (!entry) {
+      const subscribers = new Set<(payload: string) => void>()
+      const opened = listen(channel, (payload) => {
+        for (const subscriber of subscribers) subscriber(payload)
+      })
+      entry = { subscribers, opened }
+      channels.set(channel, entry)
+      opened.catch(() => channels.delete(channel))
+    }
+    const { subscribers, opened } = entry
+    subscribers.add(onMessage)
+    const stop = await opened
+    return async () => {
+      if (!subscribers.delete(onMessage) || subscribers.size > 0) return
+      if (channels.get(channel)?.subscribers === subscribers) channels.delete(channel)
+      await stop()
+    }
+  }
+}

@@ -97,6 +97,8 @@ export interface AuthzOutboxTable {
   attempts: Generated<number>
   next_attempt_at: Timestamp
   processed_at: Timestamp | null
+  /** Dead letter: set with processed_at when the model rejected the change (it is never retried). */
+  failed_at: Timestamp | null
   last_error: string | null
 }
 

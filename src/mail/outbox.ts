@@ -1,7 +1,16 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Kysely, Selectable } from 'kysely'
+import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
-import type { Database, MailOutboxTable, Tx } from '../db/schema.ts'
+import type { Database, Tx } from '../db/schema.ts'
+import { type OutboxHandler, OutboxWorker, type OutboxWorkerOptions, retryDelayMs } from '../outbox/engine.ts'
+import {
+  claimMail,
+  insertMail,
+  type MailOutboxRow,
+  markMailFailed,
+  markMailSent,
+  releaseMail,
+} from '../repositories/mail-outbox.ts'
 import { SecretBox } from '../services/secret-box.ts'
 import {
   type MailTemplateData,
@@ -11,22 +20,19 @@ import {
 } from './templates.ts'
 import type { MailTransport } from './transports.ts'
 
-// Email never rolls back or blocks a committed change (decisions 6): the change writes an outbox
-// row in its own transaction, and this worker delivers it afterwards. A worker claims due rows
-// with a lease in one short statement (FOR UPDATE SKIP LOCKED, so instances on one database never
-// claim the same row), sends outside any transaction (PGlite is one connection, and a pooled
-// connection must not wait on SMTP), then records the outcome. The Message-ID is the same on every
-// attempt, so a receiver can drop the copy that a crash between "sent" and "recorded" would cause.
+// The mail kind of the outbox engine (src/outbox/engine.ts). A worker claims due rows with a lease
+// in one short statement (FOR UPDATE SKIP LOCKED, so instances on one database never claim the
+// same row), sends outside any transaction (PGlite is one connection, and a pooled connection must
+// not wait on SMTP), then records the outcome. The Message-ID is the same on every attempt, so a
+// receiver can drop the copy that a crash between "sent" and "recorded" would cause.
 
-export const MAIL_MAX_ATTEMPTS = 10
-const BASE_RETRY_MS = 5_000
-const MAX_RETRY_MS = 60 * 60 * 1000
+/** Attempts before a message is dead-lettered: with the engine's backoff, 35 to 70 minutes of failures. */
+export const MAIL_MAX_ATTEMPTS = 20
 const DEFAULT_BATCH_SIZE = 10
 /** Longer than any batch of sends can take with the SMTP timeouts, so a live worker keeps its rows. */
 const DEFAULT_LEASE_MS = 5 * 60 * 1000
 /** A row is only sent while this much of its lease remains; otherwise it is released. */
 const LEASE_MARGIN_MS = 60 * 1000
-const DEFAULT_POLL_MS = 1_000
 const LAST_ERROR_MAX = 500
 
 export interface MailMessage<K extends MailTemplateName> {
@@ -81,24 +87,14 @@ export async function enqueueMail<K extends MailTemplateName>(
   now: Date,
 ): Promise<{ id: string; messageId: string }> {
   if (!SINGLE_ADDRESS.test(message.to)) throw new Error('mail recipient must be one plain email address')
-  const row = await trx
-    .insertInto('mail_outbox')
-    .values({
-      template: message.template,
-      recipient: message.to,
-      data: JSON.stringify(message.data),
-      organization_id: message.organizationId ?? null,
-      created_at: now,
-      next_attempt_at: now,
-    })
-    .returning(['id', 'message_id'])
-    .executeTakeFirstOrThrow()
+  const row = await insertMail(trx, {
+    template: message.template,
+    recipient: message.to,
+    data: JSON.stringify(message.data),
+    organizationId: message.organizationId ?? null,
+    now,
+  })
   return { id: row.id, messageId: row.message_id }
-}
-
-/** The wait after the n-th failed attempt: 5 s, 10 s, 20 s, … (5 s × 2^(n−1)), at most one hour. */
-export function retryDelayMs(failedAttempts: number): number {
-  return Math.min(BASE_RETRY_MS * 2 ** Math.max(failedAttempts - 1, 0), MAX_RETRY_MS)
 }
 
 /** The right-hand side of Message-IDs: the sender's domain. */
@@ -133,7 +129,7 @@ function errorText(description: Record<string, unknown>): string {
   return `${code ? `${code}: ` : ''}${String(description.message)}`.slice(0, LAST_ERROR_MAX)
 }
 
-type OutboxRow = Selectable<MailOutboxTable>
+type OutboxRow = MailOutboxRow
 
 export interface MailOutboxWorkerOptions {
   db: Kysely<Database>
@@ -145,15 +141,31 @@ export interface MailOutboxWorkerOptions {
   templates?: MailTemplates
   /** Opens sealed message data (`sealMailData`). */
   box?: SecretBox
+  /** Wakes the worker when a message is queued on any instance (`DatabaseHandle.listen`). */
+  listen?: OutboxWorkerOptions['listen']
   /** Rows claimed per statement (default 10). */
   batchSize?: number
   leaseMs?: number
   pollIntervalMs?: number
   maxAttempts?: number
+  /** The retry jitter's source (tests pin it). */
+  random?: () => number
 }
 
 /** Delivers the mail outbox. Several workers (instances) on one database send each message once. */
-export class MailOutboxWorker {
+export class MailOutboxWorker extends OutboxWorker {
+  constructor(options: MailOutboxWorkerOptions) {
+    super({
+      kind: 'mail',
+      handler: new MailDelivery(options),
+      log: options.log,
+      listen: options.listen,
+      pollIntervalMs: options.pollIntervalMs,
+    })
+  }
+}
+
+class MailDelivery implements OutboxHandler {
   readonly #db: Kysely<Database>
   readonly #transport: MailTransport
   readonly #clock: Clock
@@ -164,14 +176,10 @@ export class MailOutboxWorker {
   readonly #box: SecretBox | undefined
   readonly #batchSize: number
   readonly #leaseMs: number
-  readonly #pollIntervalMs: number
   readonly #maxAttempts: number
-  readonly #inFlight = new Set<Promise<number>>()
+  readonly #random: () => number
   /** Rows sent whose "sent" could not be recorded (database down): recorded first on the next run. */
   readonly #unrecorded = new Map<string, Date>()
-  #timer: NodeJS.Timeout | undefined
-  #stopping = false
-  #pollFailing = false
 
   constructor(options: MailOutboxWorkerOptions) {
     this.#db = options.db
@@ -184,62 +192,15 @@ export class MailOutboxWorker {
     this.#box = options.box
     this.#batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE
     this.#leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS
-    this.#pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_MS
     this.#maxAttempts = options.maxAttempts ?? MAIL_MAX_ATTEMPTS
+    this.#random = options.random ?? Math.random
   }
 
-  get templates(): MailTemplates {
-    return this.#templates
-  }
-
-  /** Claims and attempts every due message; resolves to the number of messages attempted. */
-  async runOnce(): Promise<number> {
-    const run = this.#drain()
-    this.#inFlight.add(run)
-    try {
-      return await run
-    } finally {
-      this.#inFlight.delete(run)
-    }
-  }
-
-  /** Polls every second; the timer does not keep the process alive. */
-  start(): void {
-    if (this.#timer) return
-    this.#stopping = false
-    this.#timer = setInterval(() => this.#poll(), this.#pollIntervalMs)
-    this.#timer.unref()
-  }
-
-  /** Stops polling, lets an in-flight run finish its current message, and waits for it. */
-  async stop(): Promise<void> {
-    clearInterval(this.#timer)
-    this.#timer = undefined
-    this.#stopping = true
-    await Promise.allSettled([...this.#inFlight])
-    await this.#recordUnrecorded().catch(() => undefined)
-  }
-
-  #poll(): void {
-    if (this.#inFlight.size > 0) return
-    this.runOnce().then(
-      () => {
-        if (this.#pollFailing) this.#log.info('mail outbox delivery resumed')
-        this.#pollFailing = false
-      },
-      (error: unknown) => {
-        // Once per outage, not once a second.
-        if (!this.#pollFailing) this.#log.error({ err: error }, 'mail outbox run failed')
-        this.#pollFailing = true
-      },
-    )
-  }
-
-  async #drain(): Promise<number> {
+  async drain(stopping: () => boolean): Promise<number> {
     await this.#recordUnrecorded()
     let attempted = 0
-    while (!this.#stopping) {
-      const rows = await this.#claim()
+    while (!stopping()) {
+      const rows = await claimMail(this.#db, this.#clock.now(), this.#leaseMs, this.#batchSize)
       // The messages of a batch are independent (each has its own lease, Message-ID and outcome), so
       // they are sent at once: one slow SMTP round trip no longer holds up the nine others, and
       // delivery keeps pace with traffic (the soak found a one-at-a-time worker falling behind).
@@ -247,9 +208,9 @@ export class MailOutboxWorker {
       await Promise.all(
         rows.map(async (row) => {
           const leaseLeft = (row.lease_until?.getTime() ?? 0) - this.#clock.now().getTime()
-          if (this.#stopping || leaseLeft < LEASE_MARGIN_MS) {
+          if (stopping() || leaseLeft < LEASE_MARGIN_MS) {
             released = true
-            await this.#release([row])
+            await releaseMail(this.#db, row)
             return
           }
           await this.#deliver(row)
@@ -261,31 +222,8 @@ export class MailOutboxWorker {
     return attempted
   }
 
-  /** One short statement: the claim is its own transaction, committed before any network I/O. */
-  async #claim(): Promise<OutboxRow[]> {
-    const now = this.#clock.now()
-    const rows = await this.#db
-      .updateTable('mail_outbox')
-      .set((eb) => ({
-        lease_until: new Date(now.getTime() + this.#leaseMs),
-        attempts: eb('attempts', '+', 1),
-      }))
-      .where('id', 'in', (eb) =>
-        eb
-          .selectFrom('mail_outbox')
-          .select('id')
-          .where('sent_at', 'is', null)
-          .where('failed_at', 'is', null)
-          .where('next_attempt_at', '<=', now)
-          .where((w) => w.or([w('lease_until', 'is', null), w('lease_until', '<', now)]))
-          .orderBy('id')
-          .limit(this.#batchSize)
-          .forUpdate()
-          .skipLocked(),
-      )
-      .returningAll()
-      .execute()
-    return rows.sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1))
+  async stopped(): Promise<void> {
+    await this.#recordUnrecorded()
   }
 
   async #deliver(row: OutboxRow): Promise<void> {
@@ -304,7 +242,7 @@ export class MailOutboxWorker {
     }
     const sentAt = this.#clock.now()
     try {
-      await this.#recordSent(row.id, sentAt)
+      await markMailSent(this.#db, row.id, sentAt)
     } catch (error) {
       // Sent but not recorded: retried before the next claim, well within the lease.
       this.#unrecorded.set(row.id, sentAt)
@@ -314,19 +252,9 @@ export class MailOutboxWorker {
     this.#log.info({ outboxId: row.id, messageId, template: row.template }, 'mail sent')
   }
 
-  async #recordSent(id: string, sentAt: Date): Promise<void> {
-    await this.#db
-      .updateTable('mail_outbox')
-      // The data goes with the delivery: a sent message keeps no link or personal data at rest.
-      .set({ sent_at: sentAt, lease_until: null, last_error: null, data: '{}' })
-      .where('id', '=', id)
-      .where('sent_at', 'is', null)
-      .execute()
-  }
-
   async #recordUnrecorded(): Promise<void> {
     for (const [id, sentAt] of this.#unrecorded) {
-      await this.#recordSent(id, sentAt)
+      await markMailSent(this.#db, id, sentAt)
       this.#unrecorded.delete(id)
     }
   }
@@ -336,19 +264,12 @@ export class MailOutboxWorker {
     const permanent = error instanceof PermanentMailError || error instanceof UnknownTemplateError
     const giveUp = permanent || row.attempts >= this.#maxAttempts
     const description = describeMailError(error)
-    const nextAttemptAt = new Date(now.getTime() + retryDelayMs(row.attempts))
-    await this.#db
-      .updateTable('mail_outbox')
-      .set({
-        lease_until: null,
-        last_error: errorText(description),
-        ...(giveUp ? { failed_at: now, data: '{}' } : { next_attempt_at: nextAttemptAt }),
-      })
-      .where('id', '=', row.id)
-      .where('sent_at', 'is', null)
-      // Only while the lease is still ours; after it expired another worker owns the row.
-      .where('lease_until', '=', row.lease_until ?? now)
-      .execute()
+    const nextAttemptAt = new Date(now.getTime() + retryDelayMs(row.attempts, this.#random))
+    await markMailFailed(this.#db, row, {
+      lastError: errorText(description),
+      ...(giveUp ? { failedAt: now } : { nextAttemptAt }),
+      now,
+    })
     const fields = {
       outboxId: row.id,
       messageId,
@@ -358,18 +279,5 @@ export class MailOutboxWorker {
     }
     if (giveUp) this.#log.error(fields, 'mail delivery failed; giving up')
     else this.#log.warn({ ...fields, nextAttemptAt }, 'mail delivery failed; will retry')
-  }
-
-  /** Gives claimed rows back untouched (stopping, or too little lease left to send them safely). */
-  async #release(rows: OutboxRow[]): Promise<void> {
-    for (const row of rows) {
-      await this.#db
-        .updateTable('mail_outbox')
-        .set((eb) => ({ lease_until: null, attempts: eb('attempts', '-', 1) }))
-        .where('id', '=', row.id)
-        .where('sent_at', 'is', null)
-        .where('lease_until', '=', row.lease_until ?? this.#clock.now())
-        .execute()
-    }
   }
 }
