@@ -6,7 +6,6 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { EmbeddedAuthorization } from '../src/authz/embedded.ts'
 import { loadModel, ModelIndex } from '../src/authz/model.ts'
-import { OpenFgaAuthorization } from '../src/authz/openfga.ts'
 import { AuthzOutboxWorker } from '../src/authz/outbox-worker.ts'
 import { createPermissions, type Permissions } from '../src/authz/permissions.ts'
 import type { AuthorizationPort } from '../src/authz/port.ts'
@@ -37,7 +36,7 @@ export interface AuthzPluginOptions {
   startWorker?: boolean | undefined
 }
 
-function configuredPort(app: FastifyInstance, model: ModelIndex): AuthorizationPort {
+async function configuredPort(app: FastifyInstance, model: ModelIndex): Promise<AuthorizationPort> {
   const { openfga } = app.config.authz
   if (openfga.apiUrl) {
     if (!openfga.storeId)
@@ -50,6 +49,9 @@ function configuredPort(app: FastifyInstance, model: ModelIndex): AuthorizationP
         'platform.authz.openfga.model-id',
         'is required with an OpenFGA api-url (npm run cli -- authz init prints it)',
       )
+    // Loaded only when configured: the OpenFGA SDK is 13 MB of memory a deployment on the embedded
+    // evaluator does not need.
+    const { OpenFgaAuthorization } = await import('../src/authz/openfga.ts')
     return new OpenFgaAuthorization({
       apiUrl: openfga.apiUrl,
       storeId: openfga.storeId,
@@ -65,7 +67,7 @@ function configuredPort(app: FastifyInstance, model: ModelIndex): AuthorizationP
 
 async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
   const model = new ModelIndex(await loadModel())
-  const port = options.port ?? configuredPort(app, model)
+  const port = options.port ?? (await configuredPort(app, model))
   const outbox = new AuthzOutboxWorker({
     db: app.db,
     port,

@@ -1,7 +1,6 @@
 import { createHmac, hkdfSync, randomInt } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { Secret, TOTP } from 'otpauth'
-import QRCode from 'qrcode'
 import type { Clock } from '../clock.ts'
 import { type Config, jwtSecrets } from '../config.ts'
 import { inTransaction } from '../db/database.ts'
@@ -145,6 +144,8 @@ export class OtpService {
       this.#deps.clock.now(),
     )
     const otpauthUri = this.#totp(account, secret.base32).toString()
+    // Loaded on first use: only a TOTP setup draws a QR code.
+    const { default: QRCode } = await import('qrcode')
     const qrCodeSvg = await QRCode.toString(otpauthUri, { type: 'svg', errorCorrectionLevel: 'M', margin: 1 })
     return { secret: secret.base32, otpauthUri, qrCodeSvg }
   }

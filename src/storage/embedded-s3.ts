@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto'
 import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import { createServer as createNetServer } from 'node:net'
 import path from 'node:path'
-import S3rver, { type S3rverContext, type S3rverMiddleware } from '@20minutes/s3rver'
-import AWSAccount from '@20minutes/s3rver/lib/models/account.js'
+import type S3rver from '@20minutes/s3rver'
+import type { S3rverContext, S3rverMiddleware } from '@20minutes/s3rver'
 import type { Config, ConfigSource } from '../config.ts'
 
 // The embedded S3-compatible server (decisions 3) for development and tests: @20minutes/s3rver on
@@ -131,7 +131,12 @@ export class EmbeddedS3 {
     await mkdir(options.directory, { recursive: true })
     const origins = options.allowedOrigins ?? []
     const host = options.host ?? '127.0.0.1'
-    const server = new S3rver({
+    // Loaded when started: a deployment on real S3 never pays for s3rver's memory.
+    const [{ default: S3rverServer }, { default: AWSAccount }] = await Promise.all([
+      import('@20minutes/s3rver'),
+      import('@20minutes/s3rver/lib/models/account.js'),
+    ])
+    const server = new S3rverServer({
       address: host,
       port: options.port ?? 0,
       directory: options.directory,
