@@ -11,6 +11,7 @@ import { createPermissions, type Permissions } from '../src/authz/permissions.ts
 import type { AuthorizationPort } from '../src/authz/port.ts'
 import { enqueueTupleChanges, type TupleRecorder } from '../src/authz/tuples.ts'
 import { ConfigError } from '../src/config.ts'
+import { hasPendingTupleChange } from '../src/repositories/authz-outbox.ts'
 
 export interface Authz extends Permissions {
   port: AuthorizationPort
@@ -76,15 +77,27 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
     listen: app.database.listen,
   })
 
-  const permissions = createPermissions(port, app.log)
+  // The embedded evaluator applies changes in their own transaction; for a server they are queued.
+  const recorder = port instanceof EmbeddedAuthorization ? port.recorderFor(app.db) : null
+  const permissions = createPermissions(
+    port,
+    app.log,
+    recorder
+      ? undefined
+      : {
+          waiting: (subject, object) => hasPendingTupleChange(app.db, subject, object),
+          deliver: () => outbox.kick(),
+        },
+  )
 
   app.decorate('authz', {
     port,
     model,
     outbox,
-    tuples: (port instanceof EmbeddedAuthorization && port.recorderFor(app.db)) || {
+    tuples: recorder || {
       record: enqueueTupleChanges,
-      deliver: () => outbox.kick(),
+      // After commit, without holding the response: a check that needs the change delivers it first.
+      deliver: async () => void outbox.kick(),
     },
     check: permissions.check,
     require: permissions.require,

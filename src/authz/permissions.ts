@@ -20,13 +20,34 @@ export function subjectOf(principal: Principal): string | null {
   return null
 }
 
+/**
+ * Tuple changes queued for an authorization server and not delivered yet (the outbox). A change
+ * is delivered after its transaction commits, without holding the response; a check that would
+ * deny while a change about its subject or object waits delivers first, so a creator can read
+ * what they just created (read-your-writes) at the cost of one indexed lookup on denials only.
+ */
+export interface PendingTupleChanges {
+  waiting(subject: string, object: string): Promise<boolean>
+  /** Delivers what is queued now; never throws (what fails stays queued). */
+  deliver(): Promise<void>
+}
+
 export function createPermissions(
   port: AuthorizationPort,
   log: { error(fields: object, message: string): void },
+  pending?: PendingTupleChanges,
 ): Permissions {
   async function check(principal: Principal, relation: string, object: string): Promise<boolean> {
     const subject = subjectOf(principal)
     if (!subject) return false
+    if (await ask(subject, relation, object)) return true
+    if (!pending || !(await pending.waiting(subject, object))) return false
+    // What cannot be delivered now (the server is down) stays queued, and the answer stays no.
+    await pending.deliver()
+    return ask(subject, relation, object)
+  }
+
+  async function ask(subject: string, relation: string, object: string): Promise<boolean> {
     try {
       return await port.check({ user: subject, relation, object })
     } catch (error) {

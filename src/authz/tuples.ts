@@ -44,8 +44,10 @@ export async function enqueueTupleChanges(
 export interface TupleRecorder {
   record(trx: Tx, changes: TupleChange[], now: Date): Promise<void>
   /**
-   * After commit: makes what was recorded visible to checks now (best effort; what fails stays
-   * queued for the worker), so a creator can read what they created. Nothing to do when applied.
+   * After commit: starts delivering what was recorded, without waiting for it (what fails stays
+   * queued for the worker). A check that would deny while a change about its subject or object
+   * waits delivers it first (src/authz/permissions.ts), so a creator can read what they created.
+   * Nothing to do when applied.
    */
   deliver(): Promise<void>
 }

@@ -62,3 +62,15 @@ export async function tupleChangeBacklog(
     .executeTakeFirstOrThrow()
   return { pending: Number(row.n), lastError: row.lastError ?? null }
 }
+
+/** Whether a change about `subject` or `object` still waits for delivery (a partial-index scan of the backlog). */
+export async function hasPendingTupleChange(db: Executor, subject: string, object: string): Promise<boolean> {
+  const row = await db
+    .selectFrom('authz_outbox')
+    .select('id')
+    .where('processed_at', 'is', null)
+    .where((eb) => eb.or([eb('object', '=', object), eb('subject', '=', subject)]))
+    .limit(1)
+    .executeTakeFirst()
+  return row !== undefined
+}

@@ -1,0 +1,113 @@
+import { describe, expect, it } from 'vitest'
+import type { TupleKey } from '../src/authz/port.ts'
+import { ACCOUNT_TEST_CONFIG, asUser, newUser, signIn } from './helpers/accounts.ts'
+import { createTestApp } from './helpers/app.ts'
+import { SwitchablePort, switchableEmbeddedPort } from './helpers/authz.ts'
+import { createTestDatabase } from './helpers/database.ts'
+
+// Issue 15 item 3: with an authorization server (tuples go through the outbox), a create answers
+// without waiting for its tuple to be delivered, and the creator can still read what they created
+// at once: a check that would deny while a change about its subject or object is queued delivers
+// it first. Here the server is the embedded evaluator behind a port whose writes the test holds.
+
+/** A port whose writes wait until the test opens the gate. */
+class GatedPort extends SwitchablePort {
+  #open: () => void = () => undefined
+  #gate: Promise<void> | null = null
+  writesStarted = 0
+
+  hold(): void {
+    this.#gate = new Promise<void>((resolve) => {
+      this.#open = resolve
+    })
+  }
+
+  open(): void {
+    this.#open()
+    this.#gate = null
+  }
+
+  override async write(writes: TupleKey[], deletes: TupleKey[]): Promise<void> {
+    this.writesStarted += 1
+    await this.#gate
+    return super.write(writes, deletes)
+  }
+}
+
+describe('read-your-writes with an authorization server', () => {
+  it('answers a create before its ownership tuple is delivered, and a read right after still succeeds', async () => {
+    const database = await createTestDatabase()
+    const inner = await switchableEmbeddedPort(database.handle.db)
+    const port = new GatedPort(inner.inner)
+    const t = await createTestApp({ database, config: ACCOUNT_TEST_CONFIG, deps: { authorization: port } })
+    try {
+      const creator = await newUser(t.app)
+      const outsider = await newUser(t.app)
+      await t.app.authz.outbox.runOnce()
+      const session = await signIn(t.app, creator)
+      const outsiderSession = await signIn(t.app, outsider)
+
+      // The server does not answer writes: the create must not wait for it.
+      port.hold()
+      const created = await asUser(t.app, session, {
+        method: 'POST',
+        url: '/api/purchase-requests',
+        payload: { title: 'Monitors' },
+      })
+      expect(created.statusCode).toBe(201)
+      const { id } = created.json()
+      expect(port.delivered.some((change) => change.endsWith(`purchase_request:${id}`))).toBe(false)
+      expect(await t.app.authz.outbox.pending()).toBe(1)
+
+      // The creator reads at once: the check finds the queued change and delivers it first.
+      const read = asUser(t.app, session, { method: 'GET', url: `/api/purchase-requests/${id}` })
+      port.open()
+      const answer = await read
+      expect(answer.statusCode, answer.body).toBe(200)
+      expect(answer.json().id).toBe(id)
+      expect(port.delivered).toContain(
+        `write organization:${creator.organizationId} owner_organization purchase_request:${id}`,
+      )
+      expect(await t.app.authz.outbox.pending()).toBe(0)
+
+      // Another organization is still refused, and a refusal with nothing queued costs no delivery.
+      const writes = port.writesStarted
+      const refused = await asUser(t.app, outsiderSession, {
+        method: 'GET',
+        url: `/api/purchase-requests/${id}`,
+      })
+      expect(refused.statusCode).toBe(403)
+      expect(port.writesStarted).toBe(writes)
+    } finally {
+      port.open()
+      await t.close()
+      await database.dispose()
+    }
+  })
+
+  it('keeps refusing while the server cannot take the change, and allows once it can', async () => {
+    const database = await createTestDatabase()
+    const inner = await switchableEmbeddedPort(database.handle.db)
+    const t = await createTestApp({ database, config: ACCOUNT_TEST_CONFIG, deps: { authorization: inner } })
+    try {
+      const creator = await newUser(t.app)
+      await t.app.authz.outbox.runOnce()
+      const session = await signIn(t.app, creator)
+      inner.failures.write = new Error('connect ECONNREFUSED')
+      const created = await asUser(t.app, session, {
+        method: 'POST',
+        url: '/api/purchase-requests',
+        payload: { title: 'Chairs' },
+      })
+      expect(created.statusCode).toBe(201)
+      const url = `/api/purchase-requests/${created.json().id}`
+      expect((await asUser(t.app, session, { method: 'GET', url })).statusCode).toBe(403)
+      inner.failures = {}
+      t.clock.advance(5 * 60_000)
+      expect((await asUser(t.app, session, { method: 'GET', url })).statusCode).toBe(200)
+    } finally {
+      await t.close()
+      await database.dispose()
+    }
+  })
+})
