@@ -124,6 +124,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     logController: new LogController({ requestIdLogLabel: 'requestId', disableRequestLogging: true }),
     trustProxy: trustProxy(config.server.trustProxy),
     bodyLimit: 1024 * 1024,
+    routerOptions: { maxParamLength: 256 }, // config keys run to 128 characters; a longer segment is 414
     connectionTimeout: 60_000,
     requestTimeout: 30_000,
     keepAliveTimeout: 72_000,

@@ -121,9 +121,6 @@ export function authorizationContract(name: string, makePort: MakeContractPort):
         await expect(write(tuple('user:anne', 'approve', 'document:plan'))).rejects.toThrow(
           AuthorizationRequestError,
         )
-        await expect(
-          port().listObjects({ user: 'user:anne', relation: 'viewer', type: 'spreadsheet' }),
-        ).rejects.toThrow(AuthorizationRequestError)
       })
 
       it('follows userset tuples, through nested groups', async () => {
@@ -223,52 +220,6 @@ export function authorizationContract(name: string, makePort: MakeContractPort):
         expect(await check('user:anne', 'viewer', 'folder:y')).toBe(true)
       })
 
-      it('answers a batch of checks in the order asked', async () => {
-        await write(tuple('user:anne', 'viewer', 'document:a'), tuple('user:bob', 'owner', 'document:c'))
-        const answers = await port().batchCheck([
-          tuple('user:anne', 'viewer', 'document:a'),
-          tuple('user:anne', 'viewer', 'document:b'),
-          tuple('user:bob', 'viewer', 'document:c'),
-          tuple('user:bob', 'viewer', 'document:a'),
-          tuple('user:bob', 'editor', 'document:c'),
-          tuple('user:anne', 'owner', 'document:a'),
-        ])
-        expect(answers).toEqual([true, false, true, false, true, false])
-        expect(await port().batchCheck([])).toEqual([])
-      })
-
-      it('lists the objects of a type on which a user has a relation', async () => {
-        await write(
-          tuple('user:anne', 'viewer', 'document:direct'),
-          tuple('group:eng#member', 'viewer', 'document:by-group'),
-          tuple('user:anne', 'member', 'group:eng'),
-          tuple('folder:shared', 'parent', 'document:in-folder'),
-          tuple('user:anne', 'owner', 'folder:shared'),
-          tuple('user:*', 'viewer', 'document:public'),
-          tuple('user:bob', 'viewer', 'document:bobs'),
-          tuple('user:anne', 'blocked', 'document:by-group'),
-        )
-        const viewable = await port().listObjects({ user: 'user:anne', relation: 'viewer', type: 'document' })
-        expect([...viewable].sort()).toEqual([
-          'document:by-group',
-          'document:direct',
-          'document:in-folder',
-          'document:public',
-        ])
-        const readable = await port().listObjects({
-          user: 'user:anne',
-          relation: 'can_read',
-          type: 'document',
-        })
-        expect([...readable].sort()).toEqual(['document:direct', 'document:in-folder', 'document:public'])
-        expect(await port().listObjects({ user: 'user:anne', relation: 'viewer', type: 'folder' })).toEqual([
-          'folder:shared',
-        ])
-        expect(await port().listObjects({ user: 'user:carl', relation: 'viewer', type: 'document' })).toEqual(
-          ['document:public'],
-        )
-      })
-
       it('writes idempotently: a tuple written twice, a missing tuple deleted, no error', async () => {
         const anne = tuple('user:anne', 'viewer', 'document:plan')
         await port().write([anne], [])
@@ -286,12 +237,8 @@ export function authorizationContract(name: string, makePort: MakeContractPort):
           [tuple('user:bob', 'viewer', 'document:plan')],
           [tuple('user:anne', 'viewer', 'document:plan')],
         )
-        expect(
-          await port().batchCheck([
-            tuple('user:anne', 'viewer', 'document:plan'),
-            tuple('user:bob', 'viewer', 'document:plan'),
-          ]),
-        ).toEqual([false, true])
+        expect(await check('user:anne', 'viewer', 'document:plan')).toBe(false)
+        expect(await check('user:bob', 'viewer', 'document:plan')).toBe(true)
       })
     })
 
@@ -330,6 +277,7 @@ export function authorizationContract(name: string, makePort: MakeContractPort):
       it("lets a member view, not edit, a purchase request of the member's organization", async () => {
         expect(await check('user:mia', 'can_view', 'purchase_request:pr-1')).toBe(true)
         expect(await check('user:mia', 'can_edit', 'purchase_request:pr-1')).toBe(false)
+        expect(await check('user:gus', 'can_view', 'purchase_request:pr-9')).toBe(true)
       })
 
       it("lets an admin view and edit a purchase request of the admin's organization", async () => {
@@ -380,32 +328,6 @@ export function authorizationContract(name: string, makePort: MakeContractPort):
         await expect(
           port().write([tuple('organization:acme', 'member', 'organization:globex')], []),
         ).rejects.toThrow(AuthorizationRequestError)
-      })
-
-      it('answers a batch of checks in the order asked', async () => {
-        const answers = await port().batchCheck([
-          tuple('user:gus', 'can_view', 'purchase_request:pr-1'),
-          tuple('user:mia', 'can_view', 'purchase_request:pr-1'),
-          tuple('user:mia', 'can_edit', 'purchase_request:pr-1'),
-          tuple('user:ada', 'can_edit', 'purchase_request:pr-2'),
-          tuple('user:gus', 'can_view', 'purchase_request:pr-9'),
-          tuple('api_key:k1', 'can_edit', 'purchase_request:pr-2'),
-        ])
-        expect(answers).toEqual([false, true, false, true, true, false])
-      })
-
-      it('lists the purchase requests a principal can view or edit, within its organization only', async () => {
-        const list = async (user: string, relation: string) =>
-          [...(await port().listObjects({ user, relation, type: 'purchase_request' }))].sort()
-        expect(await list('user:mia', 'can_view')).toEqual(['purchase_request:pr-1', 'purchase_request:pr-2'])
-        expect(await list('user:mia', 'can_edit')).toEqual([])
-        expect(await list('user:ada', 'can_edit')).toEqual(['purchase_request:pr-1', 'purchase_request:pr-2'])
-        expect(await list('api_key:k1', 'can_view')).toEqual([
-          'purchase_request:pr-1',
-          'purchase_request:pr-2',
-        ])
-        expect(await list('user:gus', 'can_view')).toEqual(['purchase_request:pr-9'])
-        expect(await list('user:nobody', 'can_view')).toEqual([])
       })
     })
   })

@@ -177,72 +177,6 @@ describe('OpenFGA requests on the wire', () => {
     expect(fake.requests).toHaveLength(0)
   })
 
-  it('batch check posts every check with a unique correlation id and the pinned model id', async () => {
-    const port = adapter()
-    await port.write([member('fay', 'acme'), member('fay', 'beta')], [])
-    fake.reset()
-    const asked = [member('fay', 'acme'), member('gus', 'acme'), member('fay', 'beta')]
-    expect(await port.batchCheck(asked)).toEqual([true, false, true])
-    expect(fake.requests).toHaveLength(1)
-    expect(fake.requests[0]?.method).toBe('POST')
-    expect(fake.requests[0]?.path).toBe(`/stores/${storeId}/batch-check`)
-    const body = fake.requests[0]?.body as {
-      authorization_model_id: string
-      checks: { tuple_key: TupleKey; correlation_id: string }[]
-    }
-    expect(body.authorization_model_id).toBe(modelId)
-    expect(body.checks.map((c) => c.tuple_key)).toEqual(asked)
-    expect(new Set(body.checks.map((c) => c.correlation_id)).size).toBe(3)
-    for (const check of body.checks) expect(check.correlation_id).toMatch(/^[\w\d-]{1,36}$/)
-  })
-
-  it('batch check maps answers back to the order asked, by correlation id, not by position', async () => {
-    const port = adapter()
-    fake.scripted.push({
-      status: 200,
-      body: { result: { c2: { allowed: true }, c0: { allowed: false }, c1: { allowed: true } } },
-    })
-    expect(await port.batchCheck([member('a', 'x'), member('b', 'x'), member('c', 'x')])).toEqual([
-      false,
-      true,
-      true,
-    ])
-    const sent = fake.requests[0]?.body as { checks: { correlation_id: string }[] } | undefined
-    const ids = sent?.checks.map((c) => c.correlation_id)
-    expect(ids).toEqual(['c0', 'c1', 'c2'])
-  })
-
-  it('batch check splits more than 50 checks into several requests and keeps the order', async () => {
-    const port = adapter()
-    await port.write([member('u7', 'many'), member('u55', 'many')], [])
-    fake.reset()
-    const asked = Array.from({ length: 60 }, (_, i) => member(`u${i}`, 'many'))
-    const answers = await port.batchCheck(asked)
-    expect(fake.requestsTo('/batch-check')).toHaveLength(2)
-    expect(answers.flatMap((allowed, i) => (allowed ? [i] : []))).toEqual([7, 55])
-  })
-
-  it('batch check of nothing sends nothing', async () => {
-    expect(await adapter().batchCheck([])).toEqual([])
-    expect(fake.requests).toHaveLength(0)
-  })
-
-  it('list objects posts user, relation, type and the pinned model id and returns the objects', async () => {
-    const port = adapter()
-    await port.write([member('hal', 'one'), member('hal', 'two'), member('ida', 'three')], [])
-    fake.reset()
-    const objects = await port.listObjects({ user: 'user:hal', relation: 'member', type: 'organization' })
-    expect(objects.sort()).toEqual(['organization:one', 'organization:two'])
-    expect(fake.requests[0]?.method).toBe('POST')
-    expect(fake.requests[0]?.path).toBe(`/stores/${storeId}/list-objects`)
-    expect(fake.requests[0]?.body).toMatchObject({
-      authorization_model_id: modelId,
-      user: 'user:hal',
-      relation: 'member',
-      type: 'organization',
-    })
-  })
-
   it('ready reads the pinned authorization model', async () => {
     await adapter().ready()
     expect(fake.requests.map((r) => [r.method, r.path])).toEqual([
@@ -273,33 +207,6 @@ describe('OpenFGA failures', () => {
       port.write([{ user: 'user:a', relation: 'owner', object: 'organization:1' }], []),
     ).rejects.toBeInstanceOf(AuthorizationRequestError)
     expect(fake.requests).toHaveLength(3)
-  })
-
-  it('maps a batch item rejected as invalid to a request error, an internal one to unavailable', async () => {
-    const port = adapter()
-    await expect(
-      port.batchCheck([member('a', 'x'), { user: 'user:a', relation: 'nope', object: 'organization:x' }]),
-    ).rejects.toBeInstanceOf(AuthorizationRequestError)
-    fake.scripted.push({
-      status: 200,
-      body: {
-        result: { c0: { allowed: false, error: { internal_error: 'deadline_exceeded', message: 'late' } } },
-      },
-    })
-    await expect(port.batchCheck([member('a', 'x')])).rejects.toBeInstanceOf(AuthorizationUnavailableError)
-  })
-
-  it('fails closed when a batch check answer leaves a check out', async () => {
-    fake.scripted.push({ status: 200, body: { result: { c0: { allowed: true } } } })
-    const result = await outcome(adapter().batchCheck([member('a', 'x'), member('b', 'x')]))
-    expect(result).toBeInstanceOf(AuthorizationUnavailableError)
-  })
-
-  it('fails a batch check closed when one of its several requests fails', async () => {
-    const port = adapter({ maxRetries: 0 })
-    fake.scripted.push({ status: 503, body: { code: 'unavailable', message: 'unavailable' } })
-    const asked = Array.from({ length: 60 }, (_, i) => member(`u${i}`, 'many'))
-    expect(await outcome(port.batchCheck(asked))).toBeInstanceOf(AuthorizationUnavailableError)
   })
 
   it('retries a 500 and answers when the server recovers', async () => {

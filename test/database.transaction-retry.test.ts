@@ -1,7 +1,7 @@
-import { sql, type TransactionBuilder } from 'kysely'
+import { sql } from 'kysely'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { inTransaction, TRANSACTION_ATTEMPTS } from '../src/db/database.ts'
-import type { Database, Tx } from '../src/db/schema.ts'
+import type { Tx } from '../src/db/schema.ts'
 import { AppError } from '../src/errors.ts'
 import { insertOrganization } from '../src/repositories/organizations.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/database.ts'
@@ -147,9 +147,10 @@ describe('transaction retry', () => {
     it.runIf(usingPostgres())(
       'runs again a serializable transaction that lost to a concurrent one, which then sees its write',
       async () => {
-        const serializable = (b: TransactionBuilder<Database>) => b.setIsolationLevel('serializable')
         /** Each transaction counts the rows and adds one numbered after the count: write skew if both read 0. */
         const countThenAdd = async (trx: Tx, who: string) => {
+          // The transaction's first statement, so that it takes effect for the whole transaction.
+          await sql`set transaction isolation level serializable`.execute(trx)
           const { n } = await trx
             .selectFrom('organizations')
             .select((eb) => eb.fn.countAll<string>().as('n'))
@@ -162,32 +163,24 @@ describe('transaction retry', () => {
         const firstRead = Promise.withResolvers<void>()
         const secondRead = Promise.withResolvers<void>()
         const attempts = { first: 0, second: 0 }
-        const first = inTransaction(
-          db(),
-          async (trx) => {
-            attempts.first++
-            const add = await countThenAdd(trx, 'first')
-            firstRead.resolve()
-            await secondRead.promise
-            await add()
-          },
-          serializable,
-        )
-        const second = inTransaction(
-          db(),
-          async (trx) => {
-            const attempt = ++attempts.second
-            const add = await countThenAdd(trx, 'second')
-            if (attempt === 1) {
-              await firstRead.promise
-              secondRead.resolve()
-              // Both have read the count; the first commits its row before this one adds its own.
-              await first
-            }
-            await add()
-          },
-          serializable,
-        )
+        const first = inTransaction(db(), async (trx) => {
+          attempts.first++
+          const add = await countThenAdd(trx, 'first')
+          firstRead.resolve()
+          await secondRead.promise
+          await add()
+        })
+        const second = inTransaction(db(), async (trx) => {
+          const attempt = ++attempts.second
+          const add = await countThenAdd(trx, 'second')
+          if (attempt === 1) {
+            await firstRead.promise
+            secondRead.resolve()
+            // Both have read the count; the first commits its row before this one adds its own.
+            await first
+          }
+          await add()
+        })
         await Promise.all([first, second])
         expect(attempts).toEqual({ first: 1, second: 2 })
         // Run again, the second saw the first's row: the outcome of running them one after the other.

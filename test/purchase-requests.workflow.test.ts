@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { LightMyRequestResponse } from 'fastify'
 import { describe, expect, it } from 'vitest'
 import { EmbeddedAuthorization } from '../src/authz/embedded.ts'
-import type { AuthorizationPort, CheckRequest, ListObjectsRequest, TupleKey } from '../src/authz/port.ts'
+import type { AuthorizationPort, CheckRequest, TupleKey } from '../src/authz/port.ts'
 import type { Role } from '../src/db/schema.ts'
 import {
   type Actor,
@@ -45,16 +45,8 @@ class GatedPort implements AuthorizationPort {
     return this.#port().check(request)
   }
 
-  batchCheck(requests: CheckRequest[]): Promise<boolean[]> {
-    return this.#port().batchCheck(requests)
-  }
-
   write(writes: TupleKey[], deletes: TupleKey[]): Promise<void> {
     return this.#port().write(writes, deletes)
-  }
-
-  listObjects(request: ListObjectsRequest): Promise<string[]> {
-    return this.#port().listObjects(request)
   }
 
   ready(): Promise<void> {

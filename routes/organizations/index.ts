@@ -3,11 +3,9 @@
 // so another organization's id is 403 ACCESS_DENIED. Deleting a key that is not set is 204 too:
 // the outcome the caller asked for, no override, holds.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { Type } from '@sinclair/typebox'
 import type { FastifyRequest } from 'fastify'
 import { problemResponses } from '../../src/errors.ts'
 import { requirePrincipal } from '../../src/principal.ts'
-import { checkConfigKey } from '../../src/services/organization-config.ts'
 import {
   ConfigEntry,
   ConfigEntryList,
@@ -45,27 +43,20 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     }),
   )
 
-  const putSchema = {
-    tags: ['configuration'],
-    operationId: 'putOrganizationConfig',
-    summary:
-      'Store a configuration value (created or replaced); it applies at once; needs organization admin',
-    body: PutConfigRequest,
-    response: { 200: ConfigEntry, ...problemResponses(401, 403, 503) },
-  }
-  const deleteSchema = {
-    tags: ['configuration'],
-    operationId: 'deleteOrganizationConfig',
-    summary: 'Remove a configuration value (204 also when it was not set); needs organization admin',
-    response: { 204: NoContent, ...problemResponses(401, 403, 503) },
-  }
-
   app.put(
     '/api/organizations/:orgId/config/:key',
     {
       config: { scope: 'config:write' },
       preHandler: requireOrganization('admin'),
-      schema: { ...putSchema, params: ConfigEntryParams },
+      schema: {
+        tags: ['configuration'],
+        operationId: 'putOrganizationConfig',
+        summary:
+          'Store a configuration value (created or replaced); it applies at once; needs organization admin',
+        params: ConfigEntryParams,
+        body: PutConfigRequest,
+        response: { 200: ConfigEntry, ...problemResponses(401, 403, 503) },
+      },
     },
     async (request) => {
       const { orgId, key } = request.params
@@ -78,42 +69,16 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config: { scope: 'config:write' },
       preHandler: requireOrganization('admin'),
-      schema: { ...deleteSchema, params: ConfigEntryParams },
+      schema: {
+        tags: ['configuration'],
+        operationId: 'deleteOrganizationConfig',
+        summary: 'Remove a configuration value (204 also when it was not set); needs organization admin',
+        params: ConfigEntryParams,
+        response: { 204: NoContent, ...problemResponses(401, 403, 503) },
+      },
     },
     async (request, reply) => {
       await app.services.orgConfig.delete(request.params.orgId, request.params.key)
-      return reply.code(204).send(null)
-    },
-  )
-
-  // Keys run to 128 characters, but the router does not match a path parameter over its
-  // maxParamLength (100 by default), so a long key would be 404. Hidden wildcard twins route
-  // them, and anything else under `config/`, to the same handlers, checking the key first as the
-  // schema does on the documented routes.
-  const WildcardParams = Type.Object({ orgId: OrganizationParams.properties.orgId, '*': Type.String() })
-  const checkWildcardKey = async (request: FastifyRequest) =>
-    checkConfigKey((request.params as { '*': string })['*'])
-  app.put(
-    '/api/organizations/:orgId/config/*',
-    {
-      config: { scope: 'config:write' },
-      preHandler: [checkWildcardKey, requireOrganization('admin')],
-      schema: { ...putSchema, params: WildcardParams, operationId: undefined, hide: true },
-    },
-    async (request) => {
-      const { orgId, '*': key } = request.params
-      return toConfigEntry(await app.services.orgConfig.put(orgId, key, request.body.value))
-    },
-  )
-  app.delete(
-    '/api/organizations/:orgId/config/*',
-    {
-      config: { scope: 'config:write' },
-      preHandler: [checkWildcardKey, requireOrganization('admin')],
-      schema: { ...deleteSchema, params: WildcardParams, operationId: undefined, hide: true },
-    },
-    async (request, reply) => {
-      await app.services.orgConfig.delete(request.params.orgId, request.params['*'])
       return reply.code(204).send(null)
     },
   )

@@ -3,7 +3,6 @@ import { inTransaction } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import {
   deleteTuples,
-  findObjectsNamingSubjects,
   findTuplesForLookups,
   insertTuples,
   type LookupRow,
@@ -16,7 +15,6 @@ import {
   AuthorizationRequestError,
   AuthorizationUnavailableError,
   type CheckRequest,
-  type ListObjectsRequest,
   type TupleKey,
 } from './port.ts'
 import { enqueueTupleChanges, type TupleRecorder } from './tuples.ts'
@@ -30,9 +28,9 @@ import { enqueueTupleChanges, type TupleRecorder } from './tuples.ts'
 // Queries: a check walks the rewrite of object#relation. Each direct lookup asks only for the tuples
 // that can matter to the user (the user itself, its type's wildcard, and the userset tuples to
 // follow), each tuple-to-userset lookup for the parent objects; every lookup of one (object,
-// relation) is made once per check (or per batch / list), and lookups asked in the same tick are
-// merged into one query per (type, relation). Unions stop at the first allow, intersections at the
-// first deny, exclusions skip the subtraction when the base denies.
+// relation) is made once per check, and lookups asked in the same tick are merged into one query
+// per (type, relation). Unions stop at the first allow, intersections at the first deny,
+// exclusions skip the subtraction when the base denies.
 //
 // Depth and cycles, as OpenFGA: a check that needs more than 25 nested resolutions fails (OpenFGA
 // answers `authorization_model_resolution_too_complex`; here ResolutionDepthExceededError, an
@@ -44,10 +42,6 @@ import { enqueueTupleChanges, type TupleRecorder } from './tuples.ts'
 
 /** OpenFGA's default resolution depth (OPENFGA_RESOLVE_NODE_LIMIT). */
 export const MAX_RESOLUTION_DEPTH = 25
-/** OpenFGA's default `listObjectsMaxResults`: list answers are capped alike, so nothing relies on more. */
-export const LIST_OBJECTS_MAX_RESULTS = 1000
-/** Checks evaluated together (their lookups merged) in batchCheck and listObjects. */
-const CHECKS_PER_ROUND = 500
 
 const NAME = /^[^\s:#@*]+$/
 const OBJECT_ID = /^[^\s#]+$/
@@ -272,8 +266,8 @@ interface QueuedLookup {
 }
 
 /**
- * The tuple lookups of one request (a check, a batch, a list): each (lookup, object) is queried once,
- * and lookups asked in the same tick are merged into one query per lookup with all their object ids.
+ * The tuple lookups of one check: each (lookup, object) is queried once, and lookups asked in the
+ * same tick (a rewrite's branches) are merged into one query per lookup with all their object ids.
  */
 class TupleLoader {
   readonly #db: Kysely<Database>
@@ -297,7 +291,7 @@ class TupleLoader {
       return prefetched
     }
     if (this.#queued.size === 0) {
-      // After the microtasks already queued have run: the other checks of this round queue theirs.
+      // After the microtasks already queued have run: the other branches of this round queue theirs.
       void Promise.resolve().then(() => process.nextTick(() => void this.#flush()))
     }
     let queued = this.#queued.get(lookupKey)
@@ -376,7 +370,7 @@ class TupleLoader {
   }
 }
 
-/** Checks for one user, sharing what they learn (lookups and settled answers). */
+/** A check for one user; its branches share what they learn (lookups and settled answers). */
 class Resolution {
   readonly #model: ModelIndex
   readonly #loader: TupleLoader
@@ -522,15 +516,6 @@ class Resolution {
   }
 }
 
-/** Waits for every promise (no evaluation is left running behind an error), then throws the first error. */
-async function settleAll<T>(promises: Array<Promise<T>>): Promise<T[]> {
-  const settled = await Promise.allSettled(promises)
-  return settled.map((outcome) => {
-    if (outcome.status === 'rejected') throw outcome.reason
-    return outcome.value
-  })
-}
-
 export class EmbeddedAuthorization implements AuthorizationPort {
   readonly #db: Kysely<Database>
   readonly #model: ModelIndex
@@ -545,13 +530,12 @@ export class EmbeddedAuthorization implements AuthorizationPort {
 
   check(request: CheckRequest): Promise<boolean> {
     return this.#answer(async () => {
-      const [allowed] = await this.#checkAll([request])
-      return allowed === true
+      const object = parseTarget(request.object)
+      const relation = parseName(request.relation, 'relation')
+      requireRelation(this.#model, object.type, relation)
+      const user = modelSubject(this.#model, request.user)
+      return new Resolution(this.#model, new TupleLoader(this.#db), user).check(object, relation)
     })
-  }
-
-  batchCheck(requests: CheckRequest[]): Promise<boolean[]> {
-    return this.#answer(() => this.#checkAll(requests))
   }
 
   /** One transaction; deletes first. A tuple both written and deleted in one call is rejected (as by OpenFGA). */
@@ -596,32 +580,6 @@ export class EmbeddedAuthorization implements AuthorizationPort {
     }
   }
 
-  /**
-   * The objects of `type` on which `user` has `relation`, sorted, at most LIST_OBJECTS_MAX_RESULTS.
-   * Candidates are the objects of `type` that tuples connect to the user (any answer but false needs
-   * such a chain); each is then checked.
-   */
-  listObjects(request: ListObjectsRequest): Promise<string[]> {
-    return this.#answer(async () => {
-      const type = parseName(request.type, 'type')
-      const relation = parseName(request.relation, 'relation')
-      requireRelation(this.#model, type, relation)
-      const user = modelSubject(this.#model, request.user)
-      const candidates = await this.#candidates(user, type)
-      const resolution = new Resolution(this.#model, new TupleLoader(this.#db), user)
-      const found: string[] = []
-      for (let start = 0; start < candidates.length; start += CHECKS_PER_ROUND) {
-        const round = candidates.slice(start, start + CHECKS_PER_ROUND)
-        const allowed = await settleAll(round.map((id) => resolution.check({ type, id }, relation)))
-        for (const [i, id] of round.entries()) {
-          if (allowed[i]) found.push(`${type}:${id}`)
-        }
-        if (found.length >= LIST_OBJECTS_MAX_RESULTS) return found.slice(0, LIST_OBJECTS_MAX_RESULTS)
-      }
-      return found
-    })
-  }
-
   ready(): Promise<void> {
     return this.#answer(async () => {
       await sql`select 1`.execute(this.#db)
@@ -647,102 +605,6 @@ export class EmbeddedAuthorization implements AuthorizationPort {
         { cause: error },
       )
     }
-  }
-
-  async #checkAll(requests: CheckRequest[]): Promise<boolean[]> {
-    // Every request is validated before any is evaluated.
-    const checks = requests.map((request) => {
-      const object = parseTarget(request.object)
-      const relation = parseName(request.relation, 'relation')
-      requireRelation(this.#model, object.type, relation)
-      return {
-        object,
-        relation,
-        user: modelSubject(this.#model, request.user),
-        userKey: String(request.user),
-      }
-    })
-    const loader = new TupleLoader(this.#db)
-    const resolutions = new Map<string, Resolution>()
-    const answers: boolean[] = []
-    for (let start = 0; start < checks.length; start += CHECKS_PER_ROUND) {
-      const round = checks.slice(start, start + CHECKS_PER_ROUND).map((check) => {
-        let resolution = resolutions.get(check.userKey)
-        if (!resolution) {
-          resolution = new Resolution(this.#model, loader, check.user)
-          resolutions.set(check.userKey, resolution)
-        }
-        return resolution.check(check.object, check.relation)
-      })
-      answers.push(...(await settleAll(round)))
-    }
-    return answers
-  }
-
-  /** The ids of objects of `type` that some chain of tuples connects to the user. */
-  async #candidates(user: Subject, type: string): Promise<string[]> {
-    const { reaching, feeding } = this.#typesLeadingTo(type)
-    const found = new Set<string>()
-    // A userset is a member of itself.
-    if (user.relation && user.type === type) found.add(user.id)
-    const seen = new Set<string>()
-    let frontier: ObjectRef[] = [{ type: user.type, id: user.id }]
-    if (!user.relation && user.id !== '*') frontier.push({ type: user.type, id: '*' })
-    for (const object of frontier) seen.add(`${object.type}:${object.id}`)
-    while (frontier.length > 0) {
-      const byType = new Map<string, string[]>()
-      for (const object of frontier) {
-        if (!feeding.has(object.type)) continue
-        const ids = byType.get(object.type)
-        if (ids) ids.push(object.id)
-        else byType.set(object.type, [object.id])
-      }
-      const next: ObjectRef[] = []
-      for (const [subjectType, subjectIds] of byType) {
-        const rows = await findObjectsNamingSubjects(this.#db, {
-          subjectType,
-          subjectIds,
-          objectTypes: [...reaching],
-        })
-        for (const row of rows) {
-          const key = `${row.object_type}:${row.object_id}`
-          if (seen.has(key)) continue
-          seen.add(key)
-          if (row.object_type === type) found.add(row.object_id)
-          next.push({ type: row.object_type, id: row.object_id })
-        }
-      }
-      frontier = next
-    }
-    return [...found].sort()
-  }
-
-  /**
-   * From the model: `reaching`, the types from which a chain of tuples can lead to `type` (itself
-   * included); `feeding`, those among them that can be a tuple's subject on the way.
-   */
-  #typesLeadingTo(type: string): { reaching: Set<string>; feeding: Set<string> } {
-    const subjectsOf = new Map<string, Set<string>>()
-    for (const definition of this.#model.model.type_definitions) {
-      const subjects = new Set<string>()
-      for (const relation of Object.keys(definition.relations ?? {})) {
-        for (const ref of this.#model.directlyRelated(definition.type, relation)) subjects.add(ref.type)
-      }
-      subjectsOf.set(definition.type, subjects)
-    }
-    const reaching = new Set([type])
-    const feeding = new Set<string>()
-    const queue = [type]
-    for (let objectType = queue.shift(); objectType !== undefined; objectType = queue.shift()) {
-      for (const subjectType of subjectsOf.get(objectType) ?? []) {
-        feeding.add(subjectType)
-        if (!reaching.has(subjectType)) {
-          reaching.add(subjectType)
-          queue.push(subjectType)
-        }
-      }
-    }
-    return { reaching, feeding }
   }
 }
 

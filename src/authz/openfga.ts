@@ -2,7 +2,6 @@ import http from 'node:http'
 import https from 'node:https'
 import { setTimeout as sleep } from 'node:timers/promises'
 import {
-  type CheckError,
   ClientWriteRequestOnDuplicateWrites,
   ClientWriteRequestOnMissingDeletes,
   CredentialsMethod,
@@ -20,7 +19,6 @@ import {
   AuthorizationRequestError,
   AuthorizationUnavailableError,
   type CheckRequest,
-  type ListObjectsRequest,
   type TupleKey,
 } from './port.ts'
 
@@ -38,8 +36,6 @@ import {
 
 /** OpenFGA's default `maxTuplesPerWrite`: writes and deletes of one Write request together. */
 export const OPENFGA_MAX_TUPLES_PER_WRITE = 100
-/** OpenFGA's default `maxChecksPerBatchCheck`; the SDK splits larger batches into requests of this size. */
-export const OPENFGA_MAX_CHECKS_PER_BATCH = 50
 
 const ULID = /^[0-7][0-9A-HJKMNP-TV-Z]{25}$/
 
@@ -160,14 +156,6 @@ function retryAfterMs(error: unknown): number | undefined {
   return seconds === undefined ? undefined : seconds * 1000
 }
 
-function batchItemError(error: CheckError | undefined): CheckError | undefined {
-  if (!error) return undefined
-  const input = error.input_error && (error.input_error as string) !== 'no_error'
-  const internal = error.internal_error && (error.internal_error as string) !== 'no_internal_error'
-  // OpenFGA's documented example answers a successful item with `error: {message: ""}`.
-  return input || internal || error.message ? error : undefined
-}
-
 const keyOf = (t: TupleKey) => `${t.user}\n${t.relation}\n${t.object}`
 const plain = (t: TupleKey): TupleKey => ({ user: t.user, relation: t.relation, object: t.object })
 
@@ -239,36 +227,6 @@ export class OpenFgaAuthorization implements AuthorizationPort {
     return response.allowed === true
   }
 
-  async batchCheck(requests: CheckRequest[]): Promise<boolean[]> {
-    if (requests.length === 0) return []
-    // The answer is a map keyed by correlation id; `c<index>` ties each answer to its question (and,
-    // not being an integer, keeps the map in the server's order rather than sorted).
-    const checks = requests.map((r, index) => ({
-      user: r.user,
-      relation: r.relation,
-      object: r.object,
-      correlationId: `c${index}`,
-    }))
-    const response = await this.#call('batch check', () =>
-      this.#client.batchCheck({ checks }, { maxBatchSize: OPENFGA_MAX_CHECKS_PER_BATCH }),
-    )
-    const byId = new Map(response.result.map((r) => [r.correlationId, r]))
-    return checks.map((check) => {
-      const result = byId.get(check.correlationId)
-      if (!result) throw new AuthorizationUnavailableError('OpenFGA batch check left a check unanswered')
-      const error = batchItemError(result.error)
-      if (error) {
-        const code = error.input_error ?? error.internal_error
-        const message = `OpenFGA rejected a check of the batch: ${error.message || code}`
-        if (error.input_error && !NOT_THE_CALLERS_FAULT.has(error.input_error)) {
-          throw new AuthorizationRequestError(message)
-        }
-        throw new AuthorizationUnavailableError(message)
-      }
-      return result.allowed === true
-    })
-  }
-
   /**
    * Idempotent (`on_duplicate`/`on_missing: ignore`, OpenFGA >= 1.10). OpenFGA applies one Write
    * request atomically but accepts at most 100 tuples in it, so larger changes are sent in chunks
@@ -304,18 +262,6 @@ export class OpenFgaAuthorization implements AuthorizationPort {
         }),
       )
     }
-  }
-
-  /** OpenFGA caps list-objects answers (`listObjectsMaxResults`, 1000 by default). */
-  async listObjects(request: ListObjectsRequest): Promise<string[]> {
-    const { user, relation, type } = request
-    const response = await this.#call('list objects', () =>
-      this.#client.listObjects({ user, relation, type }),
-    )
-    if (!Array.isArray(response.objects)) {
-      throw new AuthorizationUnavailableError('OpenFGA list objects answered without objects')
-    }
-    return response.objects
   }
 
   /** Reads the pinned model: proves the server answers and the store and model exist. */

@@ -12,21 +12,11 @@ export interface TupleKey {
 
 export type CheckRequest = TupleKey
 
-export interface ListObjectsRequest {
-  user: string
-  relation: string
-  type: string
-}
-
 export interface AuthorizationPort {
   /** Whether `user` has `relation` on `object` under the model. */
   check(request: CheckRequest): Promise<boolean>
-  /** Several checks; answers in the order asked. */
-  batchCheck(requests: CheckRequest[]): Promise<boolean[]>
   /** Writes and deletes tuples. Idempotent: writing an existing tuple or deleting a missing one is no error. */
   write(writes: TupleKey[], deletes: TupleKey[]): Promise<void>
-  /** The objects (`type:id`) of `type` on which `user` has `relation`. */
-  listObjects(request: ListObjectsRequest): Promise<string[]>
   /** Resolves when the server answers (readiness). */
   ready(): Promise<void>
   close(): Promise<void>

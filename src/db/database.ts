@@ -1,14 +1,13 @@
 import { mkdir } from 'node:fs/promises'
 import path from 'node:path'
 import { PGlite } from '@electric-sql/pglite'
-import { Kysely, PostgresDialect, sql, type TransactionBuilder } from 'kysely'
+import { Kysely, type PGlite as KyselyPGlite, PGliteDialect, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
 import { type Config, ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
 import { EmbeddedDatabaseBusyError, holderAddress, serveHeld, tryLock, unlock } from './embedded-holder.ts'
 import { FifoLock } from './fifo-lock.ts'
 import { listenPostgres } from './notifications.ts'
-import { PGliteDialect } from './pglite-dialect.ts'
 import type { Database, Tx } from './schema.ts'
 
 export interface PoolStats {
@@ -123,19 +122,19 @@ async function openOwnPGlite(directory?: string): Promise<DatabaseHandle> {
   const pglite = new PGlite({ dataDir: directory, parsers: { [INT8_OID]: (value: string) => value } })
   await pglite.waitReady
   const lock = new FifoLock()
-  const db = new Kysely<Database>({ dialect: new PGliteDialect(pglite, lock) })
+  const db = new Kysely<Database>({ dialect: new PGliteDialect({ pglite: taking(lock, pglite) }) })
   const served = directory ? await serveHeld(directory, pglite, lock) : undefined
   return {
     db,
     kind: 'pglite',
     stats: () => ({ total: 1, idle: 1, waiting: 0, max: 1 }),
     // PGlite is one session, so its own NOTIFYs reach it. (UN)LISTEN runs while holding the
-    // dialect's connection: issued in the middle of another caller's transaction, it would only
-    // take effect if that transaction committed.
+    // lock: issued in the middle of another caller's transaction, it would only take effect if
+    // that transaction committed.
     listen: async (channel, onMessage) => {
-      const unlisten = await db.connection().execute(() => pglite.listen(channel, onMessage))
+      const unlisten = await lock.run(() => pglite.listen(channel, onMessage))
       return async () => {
-        if (!pglite.closed) await db.connection().execute(() => unlisten())
+        if (!pglite.closed) await lock.run(() => unlisten())
       }
     },
     close: async () => {
@@ -143,6 +142,28 @@ async function openOwnPGlite(directory?: string): Promise<DatabaseHandle> {
       await db.destroy()
       if (directory) await unlock(directory)
     },
+  }
+}
+
+/**
+ * PGlite as Kysely's PGlite dialect uses it (one statement, or one transaction from BEGIN to
+ * COMMIT), each taking `lock` first. The dialect queues its own callers on the single connection,
+ * but the embedded holder also serves this PGlite to other processes (src/db/embedded-holder.ts)
+ * under the same lock: without it, their statements run inside the dialect's open transaction
+ * and are lost when it rolls back (test/pglite-dialect.test.ts).
+ */
+function taking(lock: FifoLock, pglite: PGlite): KyselyPGlite {
+  return {
+    get closed() {
+      return pglite.closed
+    },
+    get ready() {
+      return pglite.ready
+    },
+    waitReady: pglite.waitReady,
+    close: () => pglite.close(),
+    query: (query, params, options) => lock.run(() => pglite.query(query, params, options)),
+    transaction: (callback) => lock.run(() => pglite.transaction(callback)),
   }
 }
 
@@ -187,14 +208,10 @@ const backoff = (attempt: number) =>
  * more than once: it must do nothing outside the database that a rollback would not undo (side
  * effects go through an outbox, in the same transaction).
  */
-export async function inTransaction<T>(
-  db: Kysely<Database>,
-  work: (trx: Tx) => Promise<T>,
-  configure: (builder: TransactionBuilder<Database>) => TransactionBuilder<Database> = (b) => b,
-): Promise<T> {
+export async function inTransaction<T>(db: Kysely<Database>, work: (trx: Tx) => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await configure(db.transaction()).execute(work)
+      return await db.transaction().execute(work)
     } catch (error) {
       if (!isTransactionConflict(error)) throw error
       if (attempt >= TRANSACTION_ATTEMPTS) {

@@ -93,10 +93,10 @@ export async function holderAddress(
 
 /**
  * Serves the holder's PGlite on a loopback port and records it in the lock file. The holder's own
- * queries (through `lock`, the dialect's connection lock) and the socket clients' take turns as
- * whole units: a client keeps the database from its first message until a Sync or simple query
- * that leaves no transaction open, so neither ever runs inside the other's transaction or
- * extended-protocol exchange.
+ * queries (through `lock`, which its Kysely statements and transactions take) and the socket
+ * clients' take turns as whole units: a client keeps the database from its first message until a
+ * Sync or simple query that leaves no transaction open, so neither ever runs inside the other's
+ * transaction or extended-protocol exchange.
  */
 export async function serveHeld(
   directory: string,

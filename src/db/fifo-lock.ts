@@ -17,6 +17,16 @@ export class FifoLock {
     }
   }
 
+  /** Runs `work` while holding the lock. */
+  async run<T>(work: () => Promise<T>): Promise<T> {
+    const release = await this.acquire()
+    try {
+      return await work()
+    } finally {
+      release()
+    }
+  }
+
   /** Resolves once every holder so far has released it. */
   async drained(): Promise<void> {
     await this.#tail

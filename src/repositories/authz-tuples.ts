@@ -154,18 +154,3 @@ export async function findTuplesForLookups(
   )}`.execute(db)
   return rows.map((row) => ({ ...row, lookup: Number(row.lookup) }))
 }
-
-/** The objects (of `objectTypes`) that name one of the subjects `subjectType:<id>` (as object or userset) in a tuple. */
-export function findObjectsNamingSubjects(
-  db: Executor,
-  query: { subjectType: string; subjectIds: readonly string[]; objectTypes: readonly string[] },
-): Promise<Array<{ object_type: string; object_id: string }>> {
-  return db
-    .selectFrom('authz_tuples')
-    .select(['object_type', 'object_id'])
-    .distinct()
-    .where('subject_type', '=', query.subjectType)
-    .where('subject_id', '=', anyOf(query.subjectIds))
-    .where('object_type', '=', anyOf(query.objectTypes))
-    .execute()
-}

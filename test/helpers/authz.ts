@@ -4,7 +4,7 @@ import type { Kysely } from 'kysely'
 import { afterAll, beforeAll } from 'vitest'
 import { EmbeddedAuthorization } from '../../src/authz/embedded.ts'
 import { loadModel, ModelIndex } from '../../src/authz/model.ts'
-import type { AuthorizationPort, CheckRequest, ListObjectsRequest, TupleKey } from '../../src/authz/port.ts'
+import type { AuthorizationPort, CheckRequest, TupleKey } from '../../src/authz/port.ts'
 import { enqueueTupleChanges, type TupleChange } from '../../src/authz/tuples.ts'
 import { inTransaction } from '../../src/db/database.ts'
 import type { Database } from '../../src/db/schema.ts'
@@ -39,21 +39,12 @@ export class SwitchablePort implements AuthorizationPort {
     return this.inner.check(request)
   }
 
-  async batchCheck(requests: CheckRequest[]): Promise<boolean[]> {
-    if (this.failures.check) throw this.failures.check
-    return this.inner.batchCheck(requests)
-  }
-
   async write(writes: TupleKey[], deletes: TupleKey[]): Promise<void> {
     this.attempts++
     if (this.failures.write) throw this.failures.write
     await this.inner.write(writes, deletes)
     for (const tuple of deletes) this.delivered.push(describeChange('delete', tuple))
     for (const tuple of writes) this.delivered.push(describeChange('write', tuple))
-  }
-
-  listObjects(request: ListObjectsRequest): Promise<string[]> {
-    return this.inner.listObjects(request)
   }
 
   async ready(): Promise<void> {

@@ -6,8 +6,7 @@ import type { AddressInfo } from 'node:net'
 // every request and answers the endpoints the adapter calls with the status codes and bodies that
 // OpenFGA documents: openfga/api docs/openapiv2/apidocs.swagger.json (CreateStoreResponse 201,
 // DeleteStore 204, WriteAuthorizationModelResponse 201, ReadAuthorizationModelResponse,
-// CheckResponse, BatchCheckResponse keyed by correlation_id, ListObjectsResponse, ReadResponse,
-// WriteResponse `{}`;
+// CheckResponse, ReadResponse, WriteResponse `{}`;
 // ValidationErrorMessageResponse 400 / PathUnknownErrorMessageResponse 404 /
 // InternalErrorMessageResponse 500 as `{code, message}`), the error codes and messages of
 // openfga/openfga pkg/server/errors/errors.go, and the Write API page
@@ -67,7 +66,6 @@ export function ulid(): string {
 }
 
 const MAX_TUPLES_PER_WRITE = 100
-const MAX_CHECKS_PER_BATCH_CHECK = 50
 
 class OpenFgaError extends Error {
   readonly status: number
@@ -192,12 +190,8 @@ export class FakeOpenFga {
     switch (rest) {
       case 'check':
         return this.check(store, body)
-      case 'batch-check':
-        return this.batchCheck(store, body)
       case 'write':
         return this.write(store, body)
-      case 'list-objects':
-        return this.listObjects(store, body)
       case 'read':
         return this.read(store, body)
       default:
@@ -257,36 +251,6 @@ export class FakeOpenFga {
     const tuple = body.tuple_key as Tuple
     this.validate(this.model(store, body), tuple)
     return [200, { allowed: store.tuples.has(keyOf(tuple)), resolution: '' }]
-  }
-
-  batchCheck(store: Store, body: Record<string, unknown>): [number, unknown] {
-    const model = this.model(store, body)
-    const checks = (body.checks ?? []) as { tuple_key: Tuple; correlation_id: string }[]
-    if (checks.length === 0)
-      throw invalid(
-        'validation_error',
-        'invalid BatchCheckRequest.Checks: value must contain at least 1 item(s)',
-      )
-    if (checks.length > MAX_CHECKS_PER_BATCH_CHECK) {
-      throw invalid(
-        'validation_error',
-        `batchCheck received ${checks.length} checks, the maximum allowed is ${MAX_CHECKS_PER_BATCH_CHECK}`,
-      )
-    }
-    const result: Record<string, unknown> = {}
-    for (const check of checks) {
-      try {
-        this.validate(model, check.tuple_key)
-        result[check.correlation_id] = { allowed: store.tuples.has(keyOf(check.tuple_key)) }
-      } catch (error) {
-        if (!(error instanceof OpenFgaError)) throw error
-        result[check.correlation_id] = {
-          allowed: false,
-          error: { input_error: error.code, message: error.message },
-        }
-      }
-    }
-    return [200, { result }]
   }
 
   write(store: Store, body: Record<string, unknown>): [number, unknown] {
@@ -351,17 +315,6 @@ export class FakeOpenFga {
     const tuples = all.slice(start, start + size).map((key) => ({ key, timestamp: new Date().toISOString() }))
     const next = start + size < all.length ? String(start + size) : ''
     return [200, { tuples, continuation_token: next }]
-  }
-
-  listObjects(store: Store, body: Record<string, unknown>): [number, unknown] {
-    const model = this.model(store, body)
-    const type = String(body.type)
-    const relation = String(body.relation)
-    this.validate(model, { user: String(body.user), relation, object: `${type}:x` })
-    const objects = [...store.tuples.values()]
-      .filter((t) => t.user === body.user && t.relation === relation && t.object.startsWith(`${type}:`))
-      .map((t) => t.object)
-    return [200, { objects }]
   }
 }
 
