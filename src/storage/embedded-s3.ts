@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { mkdir, readFile, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, unlink, writeFile } from 'node:fs/promises'
 import { createServer as createNetServer } from 'node:net'
 import path from 'node:path'
 import type S3rver from '@20minutes/s3rver'
@@ -104,6 +104,27 @@ function signatureCheck(credentials: S3Credentials): S3rverMiddleware {
   }
 }
 
+/**
+ * s3rver's filesystem store removes the folders a DeleteObject leaves empty: it checks a folder is
+ * empty, then, after an await, removes it recursively, taking along (or failing with 500) an
+ * object a concurrent PutObject wrote there in between, with the PUT already answered 200. Two
+ * attachments of one purchase request uploaded at once lost one (found by the kill -9 test,
+ * test/reliability/embedded-store-concurrent-uploads.test.ts). S3 has no folders: here a delete
+ * removes the object's files and leaves folders alone.
+ */
+function keepFolders(server: S3rver): void {
+  const { store } = server
+  store.deleteObject = async (bucket, key) => {
+    await Promise.all(
+      ['object', 'object.md5', 'metadata.json'].map((resource) =>
+        unlink(store.getResourcePath(bucket, key, resource)).catch((error: NodeJS.ErrnoException) => {
+          if (error.code !== 'ENOENT') throw error
+        }),
+      ),
+    )
+  }
+}
+
 export class EmbeddedS3 {
   readonly endpoint: string
   readonly bucket: string
@@ -152,6 +173,7 @@ export class EmbeddedS3 {
     // s3rver checks the key exists after the signature check above has accepted the request.
     AWSAccount.DUMMY_ACCOUNT.createKeyPair(credentials.accessKeyId, credentials.secretAccessKey)
     server.middleware.unshift(signatureCheck(credentials))
+    keepFolders(server)
     // s3rver reports a busy port as an 'error' event nobody listens to, which would end the process:
     // a port of our choice is tried first, so the caller gets EADDRINUSE as a rejection.
     if (options.port) await ensurePortFree(host, options.port)

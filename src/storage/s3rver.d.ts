@@ -41,6 +41,11 @@ declare module '@20minutes/s3rver' {
   export default class S3rver {
     constructor(options?: S3rverOptions)
     middleware: S3rverMiddleware[]
+    /** The filesystem store (lib/stores/filesystem.js). */
+    store: {
+      getResourcePath(bucket: string, key: string, resource: string): string
+      deleteObject(bucket: string, key: string): Promise<void>
+    }
     run(): Promise<AddressInfo>
     close(): Promise<void>
     httpServer?: Server

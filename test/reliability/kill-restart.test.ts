@@ -85,23 +85,6 @@ class Ledger {
   readonly sessions = new Set<string>()
   readonly unexpected: string[] = []
   readonly counts = new Map<string, number>()
-  /** One upload at a time across the clients (see Client.upload). */
-  #uploads: Promise<void> = Promise.resolve()
-
-  async oneUploadAtATime(upload: () => Promise<void>): Promise<void> {
-    const previous = this.#uploads
-    let release = () => {}
-    this.#uploads = new Promise((resolve) => {
-      release = resolve
-    })
-    await previous
-    try {
-      await upload()
-    } finally {
-      release()
-    }
-  }
-
   count(what: string) {
     this.counts.set(what, (this.counts.get(what) ?? 0) + 1)
   }
@@ -247,32 +230,29 @@ class Client {
   }
 
   /**
-   * One upload at a time across the clients: while an upload is written, the embedded store loses it
-   * if a confirm deletes another staging object under the same directories (a defect of its own,
-   * embedded-store-concurrent-uploads.test.ts), which would hide what this test is about.
+   * Uploads of all clients run at once: confirms delete staging objects next to objects being
+   * written, which the embedded store once lost (embedded-store-concurrent-uploads.test.ts).
    */
-  upload(): Promise<void> {
-    return this.ledger.oneUploadAtATime(async () => {
-      const resourceId = this.pick(this.any(['DRAFT', 'SUBMITTED', 'APPROVED']))
-      if (!resourceId) return
-      const initiated = await this.call('POST', '/api/storage/files', {
-        resourceType: 'purchase_request',
-        resourceId,
-        fileName: 'quote.pdf',
-        contentType: 'application/pdf',
-      })
-      if (!this.expect(initiated, 'initiate', [201])) return
-      const { fileId, uploadUrl, uploadHeaders } = initiated.body
-      const bytes = randomBytes(64 + Math.floor(this.random() * 4096))
-      // The store is this test's, not the service's: the PUT is never cut off by the kill.
-      const put = await fetch(uploadUrl, { method: 'PUT', headers: uploadHeaders, body: bytes })
-      if (put.status !== 200) {
-        this.ledger.unexpected.push(`PUT to the store: ${put.status}`)
-        return
-      }
-      this.ledger.toConfirm.add(fileId)
-      await this.confirm(fileId, bytes.length)
+  async upload(): Promise<void> {
+    const resourceId = this.pick(this.any(['DRAFT', 'SUBMITTED', 'APPROVED']))
+    if (!resourceId) return
+    const initiated = await this.call('POST', '/api/storage/files', {
+      resourceType: 'purchase_request',
+      resourceId,
+      fileName: 'quote.pdf',
+      contentType: 'application/pdf',
     })
+    if (!this.expect(initiated, 'initiate', [201])) return
+    const { fileId, uploadUrl, uploadHeaders } = initiated.body
+    const bytes = randomBytes(64 + Math.floor(this.random() * 4096))
+    // The store is this test's, not the service's: the PUT is never cut off by the kill.
+    const put = await fetch(uploadUrl, { method: 'PUT', headers: uploadHeaders, body: bytes })
+    if (put.status !== 200) {
+      this.ledger.unexpected.push(`PUT to the store: ${put.status}`)
+      return
+    }
+    this.ledger.toConfirm.add(fileId)
+    await this.confirm(fileId, bytes.length)
   }
 
   async confirm(fileId: string, size?: number): Promise<void> {
