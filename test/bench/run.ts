@@ -4,7 +4,7 @@
 // tune the run; BENCH_DATABASE_URL (or TEST_DATABASE_URL) benchmarks on real PostgreSQL, in a
 // fresh database of its own, otherwise on the embedded one.
 import { randomBytes } from 'node:crypto'
-import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { setTimeout as delay } from 'node:timers/promises'
@@ -48,6 +48,25 @@ async function start(script: string, env: Record<string, string>) {
   throw new Error(`${script} did not answer on ${url} within 60 s`)
 }
 
+/** CPU time (user + system, microseconds) a process has used so far. */
+async function cpuMicros(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '')
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return ((Number(fields[11] ?? 0) + Number(fields[12] ?? 0)) * 1_000_000) / TICKS_PER_SECOND
+}
+const TICKS_PER_SECOND = 100
+
+/** CPU time of every PostgreSQL process on this machine (the server is local to the bench). */
+async function postgresCpuMicros(): Promise<number> {
+  let total = 0
+  for (const entry of await readdir('/proc').catch(() => [] as string[])) {
+    if (!/^\d+$/.test(entry)) continue
+    const comm = await readFile(`/proc/${entry}/comm`, 'utf8').catch(() => '')
+    if (comm.trim() === 'postgres') total += await cpuMicros(Number(entry))
+  }
+  return total
+}
+
 interface Row {
   name: string
   floor: Scenario['floor']
@@ -58,6 +77,9 @@ interface Row {
   p50: number
   p99: number
   peakRssMb: number
+  /** CPU microseconds per request of the answering server process, and of PostgreSQL. */
+  cpuPerRequest: number
+  pgCpuPerRequest: number
   unexpected: number
   statuses: string
 }
@@ -90,7 +112,9 @@ async function measure(
     peak = Math.max(peak, await rssKb(pid))
   }, 100)
   const before = countStatements ? await statementCount(seed.appUrl) : 0
+  const [cpuBefore, pgCpuBefore] = [await cpuMicros(pid), await postgresCpuMicros()]
   const result = await autocannon({ ...measured, duration })
+  const [cpuAfter, pgCpuAfter] = [await cpuMicros(pid), await postgresCpuMicros()]
   const after = countStatements ? await statementCount(seed.appUrl) : 0
   clearInterval(sampler)
   const statusCounts = (result as unknown as { statusCodeStats: Record<string, { count: number }> })
@@ -107,6 +131,8 @@ async function measure(
     p50: result.latency.p50,
     p99: result.latency.p99,
     peakRssMb: peak / 1024,
+    cpuPerRequest: (cpuAfter - cpuBefore) / Math.max(1, total),
+    pgCpuPerRequest: (pgCpuAfter - pgCpuBefore) / Math.max(1, total),
     unexpected: total - expected + result.errors + result.timeouts,
     statuses: Object.entries(statusCounts)
       .map(([status, { count }]) => `${status}×${count}`)
@@ -191,6 +217,8 @@ async function main() {
     PLATFORM_SERVER_HOST: '127.0.0.1',
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'info',
+    // BENCH_PROFILE=<dir>: every process of the service writes a V8 CPU profile there on exit.
+    ...(process.env.BENCH_PROFILE ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` } : {}),
     // The limits would otherwise stop the login and refresh scenarios after a few requests.
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
@@ -264,9 +292,9 @@ async function main() {
   // Idle RSS: started, migrated, nothing served yet but the readiness probe.
   const idleRssMb = (await rssKb(app.child.pid as number)) / 1024
   try {
-    // BENCH_ONLY (a regular expression) runs the baseline and the scenarios whose name matches.
+    // BENCH_ONLY (a regular expression) runs the baseline, the floors and the scenarios whose name matches.
     const only = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : null
-    for (const scenario of scenarios.filter((s, i) => i === 0 || !only || only.test(s.name))) {
+    for (const scenario of scenarios.filter((s, i) => i === 0 || s.name.startsWith('floor') || !only || only.test(s.name))) {
       const server = scenario.target === 'bare' ? bare : app
       rows.push(
         await measure(
@@ -295,9 +323,9 @@ async function main() {
     B: rows.find((r) => r.name.startsWith('floor B'))?.rps ?? 0,
   }
   process.stdout.write(
-    '| scenario | req/s | p50 ms | p99 ms | statements/req | peak RSS MB | ratio to bare | ratio to floor | goal |\n',
+    '| scenario | req/s | p50 ms | p99 ms | statements/req | server CPU µs/req | PostgreSQL CPU µs/req | peak RSS MB | ratio to bare | ratio to floor | goal |\n',
   )
-  process.stdout.write('|---|---:|---:|---:|---:|---:|---:|---:|---|\n')
+  process.stdout.write('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n')
   for (const row of rows) {
     const floor = row.floor ? floors[row.floor] : 0
     const ratio = row.floor && floor > 0 ? `${(row.rps / floor).toFixed(2)} of ${row.floor}` : ''
@@ -306,7 +334,7 @@ async function main() {
         ? ''
         : `>= ${row.goal} ${floor > 0 && row.rps / floor >= row.goal ? 'met' : 'MISSED'}`
     process.stdout.write(
-      `| ${row.name} | ${row.rps.toFixed(0)} | ${row.p50.toFixed(1)} | ${row.p99.toFixed(1)} | ${row.statements === undefined ? '' : row.statements.toFixed(1)} | ${row.peakRssMb.toFixed(0)} | ${(row.rps / baseline).toFixed(2)} | ${ratio} | ${goal} |\n`,
+      `| ${row.name} | ${row.rps.toFixed(0)} | ${row.p50.toFixed(1)} | ${row.p99.toFixed(1)} | ${row.statements === undefined ? '' : row.statements.toFixed(1)} | ${row.cpuPerRequest.toFixed(0)} | ${row.pgCpuPerRequest.toFixed(0)} | ${row.peakRssMb.toFixed(0)} | ${(row.rps / baseline).toFixed(2)} | ${ratio} | ${goal} |\n`,
     )
   }
   const peakRssMb = Math.max(
