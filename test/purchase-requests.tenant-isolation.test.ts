@@ -230,6 +230,8 @@ describe('the authorization server down while a request is created', () => {
     // The request is committed; only the ownership tuple waits in the outbox.
     expect(res.statusCode).toBe(201)
     const id = res.json().id
+    // Delivery starts after the response without holding it: wait for the run it started.
+    await t.app.authz.outbox.runOnce()
     expect(t.port.attempts).toBeGreaterThan(attempts)
     expect(await t.app.authz.outbox.pending()).toBe(1)
     expect((await snapshot(id)).row).toMatchObject({ organization_id: organizationId, status: 'DRAFT' })
