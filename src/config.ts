@@ -92,6 +92,8 @@ export const ConfigSchema = Type.Object({
   datasource: Type.Object({
     url: Url(),
     poolSize: Count(10),
+    // Named (prepared) statements per connection; false behind a pooler that does not keep them.
+    preparedStatements: Type.Boolean({ default: true }),
     migrateOnStart: Type.Boolean({ default: true }),
   }),
   authz: Type.Object({

@@ -42,11 +42,72 @@ export interface PostgresOptions {
    * process, and of LISTEN connections (which then reconnect).
    */
   onIdleError?: (error: Error) => void
+  /**
+   * Prepare each distinct parameterized statement once per connection (default true): PostgreSQL
+   * then parses and plans it once, not on every execution. Off for a pooler that does not keep
+   * named statements (PgBouncer in transaction mode before 1.21).
+   */
+  preparedStatements?: boolean
+}
+
+/** The most statements one connection prepares; a text beyond them runs unnamed, as before. */
+const PREPARED_PER_CONNECTION = 500
+
+/**
+ * PostgreSQL refuses to run a prepared statement whose result columns changed since it was
+ * prepared (a migration added a column to a table a `select *` reads). Prepared again, it runs.
+ */
+export function isStalePreparedStatement(error: unknown): boolean {
+  return (
+    error instanceof Error &&
+    (error as { code?: unknown }).code === '0A000' &&
+    error.message.includes('cached plan must not change result type')
+  )
+}
+
+/**
+ * A pg client that names every parameterized statement it is given as text (what Kysely sends),
+ * one name per distinct text on this connection, so PostgreSQL keeps it parsed and planned. pg
+ * parses a named statement on its first use on a connection and binds it afterwards; a text that
+ * failed to parse is parsed again next time. A statement gone stale under a schema change is
+ * prepared again under a new name: at once when no transaction is open, otherwise by the retry of
+ * the whole unit of work (`inTransaction`).
+ */
+class PreparingClient extends pg.Client {
+  readonly #names = new Map<string, string>()
+  #next = 0
+
+  // biome-ignore lint/suspicious/noExplicitAny: pg's query has a dozen overloads; this one only forwards
+  override query(...args: any[]): any {
+    // biome-ignore lint/suspicious/noExplicitAny: see above
+    const forward = super.query.bind(this) as (...a: any[]) => any
+    const [text, values, callback] = args
+    const prepared =
+      typeof text === 'string' && Array.isArray(values) && values.length > 0 && callback === undefined
+    const name = prepared ? this.#nameOf(text) : undefined
+    if (name === undefined) return forward(...args)
+    return (forward({ name, text, values }) as Promise<unknown>).catch((error: unknown) => {
+      if (!isStalePreparedStatement(error)) throw error
+      this.#names.delete(text)
+      if (this.getTransactionStatus() !== 'I') throw error
+      return this.query(text, values)
+    })
+  }
+
+  #nameOf(text: string): string | undefined {
+    let name = this.#names.get(text)
+    if (name === undefined && this.#names.size < PREPARED_PER_CONNECTION) {
+      name = `platform_${this.#next++}`
+      this.#names.set(text, name)
+    }
+    return name
+  }
 }
 
 export function openPostgres(url: string, options: PostgresOptions = {}): DatabaseHandle {
   const max = options.poolSize ?? 10
   const pool = new pg.Pool({
+    ...(options.preparedStatements === false ? {} : { Client: PreparingClient }),
     connectionString: url,
     max,
     connectionTimeoutMillis: 5_000,
@@ -96,7 +157,13 @@ export async function openPGlite(directory?: string, options: PostgresOptions = 
   await mkdir(path.dirname(directory), { recursive: true })
   if (!(await tryLock(directory))) {
     const { port, pid } = await holderAddress(directory)
-    const handle = openPostgres(`postgres://postgres@127.0.0.1:${port}/postgres`, { ...options, poolSize: 2 })
+    const handle = openPostgres(`postgres://postgres@127.0.0.1:${port}/postgres`, {
+      ...options,
+      poolSize: 2,
+      // The socket serves one PGlite session to every process in turn: a statement one named would
+      // still exist, under another text, for the next.
+      preparedStatements: false,
+    })
     try {
       await sql`select 1`.execute(handle.db)
     } catch (error) {
@@ -170,7 +237,10 @@ function taking(lock: FifoLock, pglite: PGlite): KyselyPGlite {
 /** The configured database: PostgreSQL when a URL is set, PGlite otherwise (never under production). */
 export async function openDatabase(config: Config, options: PostgresOptions = {}): Promise<DatabaseHandle> {
   const url = config.datasource.url
-  if (url) return openPostgres(url, { poolSize: config.datasource.poolSize, ...options })
+  if (url) {
+    const { poolSize, preparedStatements } = config.datasource
+    return openPostgres(url, { poolSize, preparedStatements, ...options })
+  }
   if (config.profile === 'production') {
     throw new ConfigError('platform.datasource.url', 'is required under the production profile')
   }
@@ -184,13 +254,14 @@ const RETRY_BACKOFF_BASE_MS = 10
 
 /**
  * SQLSTATE 40001 (serialization_failure) and 40P01 (deadlock_detected): the server aborted the
- * transaction because of a concurrent one, and the same work run again is expected to succeed.
+ * transaction because of a concurrent one, and the same work run again is expected to succeed; so
+ * it is after a prepared statement went stale under a schema change (prepared again on the rerun).
  */
 const RETRYABLE_SQLSTATES = new Set(['40001', '40P01'])
 
-export function isTransactionConflict(error: unknown): boolean {
+export function isRetryableTransactionError(error: unknown): boolean {
   const code = error instanceof Error ? (error as { code?: unknown }).code : undefined
-  return typeof code === 'string' && RETRYABLE_SQLSTATES.has(code)
+  return (typeof code === 'string' && RETRYABLE_SQLSTATES.has(code)) || isStalePreparedStatement(error)
 }
 
 const backoff = (attempt: number) =>
@@ -213,7 +284,7 @@ export async function inTransaction<T>(db: Kysely<Database>, work: (trx: Tx) => 
     try {
       return await db.transaction().execute(work)
     } catch (error) {
-      if (!isTransactionConflict(error)) throw error
+      if (!isRetryableTransactionError(error)) throw error
       if (attempt >= TRANSACTION_ATTEMPTS) {
         throw new AppError(
           'SERVICE_UNAVAILABLE',

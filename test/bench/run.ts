@@ -226,6 +226,7 @@ async function main() {
     // Concurrent logins of one account claim attempt slots before hashing (the lockout's guard).
     PLATFORM_AUTH_LOCKOUT_MAX_ATTEMPTS: '1000000',
     ...(serverUrl ? { PLATFORM_DATASOURCE_URL: databaseUrl(serverUrl, benchDb) } : {}),
+    ...(process.env.BENCH_PREPARED ? { PLATFORM_DATASOURCE_PREPARED_STATEMENTS: process.env.BENCH_PREPARED } : {}),
   }
   // Seed the bench user through the operations CLI, before the service holds the database.
   const org = await runNode('src/cli.ts', ['org', 'create', '--name', 'Bench'], appEnv).done
