@@ -15,6 +15,7 @@ import {
   newUser,
   PASSWORD,
   refresh,
+  requestPasswordReset,
   signIn,
   type TestUser,
   uniqueEmail,
@@ -41,7 +42,7 @@ beforeEach(async () => {
 })
 
 function requestReset(email: string, app: FastifyInstance = t.app) {
-  return app.inject({ method: 'POST', url: '/api/auth/password-reset/request', payload: { email } })
+  return requestPasswordReset(app, email)
 }
 
 /** Requests a reset for the user and returns the token of the link that was mailed. */
@@ -184,11 +185,7 @@ describe('reset mail while SMTP is down', () => {
     })
     const user = await newUser(t.app)
     try {
-      const res = await broken.app.inject({
-        method: 'POST',
-        url: '/api/auth/password-reset/request',
-        payload: { email: user.email },
-      })
+      const res = await requestPasswordReset(broken.app, user.email)
       expect(res.statusCode).toBe(202)
       expect(res.json()).toEqual({})
 

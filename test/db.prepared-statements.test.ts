@@ -8,9 +8,9 @@ import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/
 // a test meets the statements its earlier ones prepared.
 
 const preparedTexts = async (handle: DatabaseHandle): Promise<string[]> =>
-  (await sql<{ statement: string }>`select statement from pg_prepared_statements`.execute(handle.db)).rows.map(
-    (row) => row.statement,
-  )
+  (
+    await sql<{ statement: string }>`select statement from pg_prepared_statements`.execute(handle.db)
+  ).rows.map((row) => row.statement)
 
 describe.skipIf(!usingPostgres())('prepared statements on PostgreSQL', () => {
   let database: TestDatabase

@@ -6,6 +6,7 @@ import {
   linkToken,
   mailsTo,
   newUser,
+  requestPasswordReset,
   signIn,
   uniqueEmail,
   useMailTestApp,
@@ -23,11 +24,7 @@ const outboxRows = (email: string) =>
 describe('mail outbox at rest', () => {
   it('never holds the token of a reset link, before or after the mail is sent', async () => {
     const user = await newUser(t.app)
-    await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/password-reset/request',
-      payload: { email: user.email },
-    })
+    await requestPasswordReset(t.app, user.email)
     await t.app.background.idle()
     const [queued] = await outboxRows(user.email)
     const atRest = JSON.stringify(queued?.data)

@@ -1,7 +1,14 @@
 import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { acquireLease } from '../src/repositories/worker-leases.ts'
-import { FAST_LOGIN_CONFIG, newUser, refresh, type Session, signIn } from './helpers/accounts.ts'
+import {
+  FAST_LOGIN_CONFIG,
+  newUser,
+  refresh,
+  requestPasswordReset,
+  type Session,
+  signIn,
+} from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 import { queueTupleChanges } from './helpers/authz.ts'
 
@@ -54,11 +61,7 @@ describe('retention rules', () => {
 
   it('removes sent mail after the outbox window and keeps mail still to send', async () => {
     const user = await newUser(t.app)
-    await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/password-reset/request',
-      payload: { email: user.email },
-    })
+    await requestPasswordReset(t.app, user.email)
     await t.app.background.idle()
     await t.app.mail.worker.runOnce()
     expect(await count('mail_outbox', sql`recipient = ${user.email} and sent_at is not null`)).toBe(1)
@@ -67,11 +70,7 @@ describe('retention rules', () => {
     expect(await count('mail_outbox', sql`recipient = ${user.email}`)).toBe(1)
     t.clock.advanceSeconds(20)
     const later = await newUser(t.app)
-    await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/password-reset/request',
-      payload: { email: later.email },
-    })
+    await requestPasswordReset(t.app, later.email)
     await t.app.background.idle()
     await t.app.housekeeping.runOnce()
     expect(await count('mail_outbox', sql`recipient = ${user.email}`)).toBe(0)
@@ -103,19 +102,11 @@ describe('retention rules', () => {
 
   it('removes used and expired one-time tokens after their window and keeps outstanding ones', async () => {
     const spent = await newUser(t.app)
-    await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/password-reset/request',
-      payload: { email: spent.email },
-    })
+    await requestPasswordReset(t.app, spent.email)
     await t.app.background.idle()
     t.clock.advanceSeconds(3600 + 7 * DAY + 1)
     const fresh = await newUser(t.app)
-    await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/password-reset/request',
-      payload: { email: fresh.email },
-    })
+    await requestPasswordReset(t.app, fresh.email)
     await t.app.background.idle()
     await t.app.housekeeping.runOnce()
     expect(await count('one_time_tokens', sql`account_id = ${spent.id}`)).toBe(0)

@@ -218,7 +218,9 @@ async function main() {
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'info',
     // BENCH_PROFILE=<dir>: every process of the service writes a V8 CPU profile there on exit.
-    ...(process.env.BENCH_PROFILE ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` } : {}),
+    ...(process.env.BENCH_PROFILE
+      ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
+      : {}),
     // The limits would otherwise stop the login and refresh scenarios after a few requests.
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
@@ -226,7 +228,9 @@ async function main() {
     // Concurrent logins of one account claim attempt slots before hashing (the lockout's guard).
     PLATFORM_AUTH_LOCKOUT_MAX_ATTEMPTS: '1000000',
     ...(serverUrl ? { PLATFORM_DATASOURCE_URL: databaseUrl(serverUrl, benchDb) } : {}),
-    ...(process.env.BENCH_PREPARED ? { PLATFORM_DATASOURCE_PREPARED_STATEMENTS: process.env.BENCH_PREPARED } : {}),
+    ...(process.env.BENCH_PREPARED
+      ? { PLATFORM_DATASOURCE_PREPARED_STATEMENTS: process.env.BENCH_PREPARED }
+      : {}),
   }
   // Seed the bench user through the operations CLI, before the service holds the database.
   const org = await runNode('src/cli.ts', ['org', 'create', '--name', 'Bench'], appEnv).done
@@ -295,7 +299,9 @@ async function main() {
   try {
     // BENCH_ONLY (a regular expression) runs the baseline, the floors and the scenarios whose name matches.
     const only = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : null
-    for (const scenario of scenarios.filter((s, i) => i === 0 || s.name.startsWith('floor') || !only || only.test(s.name))) {
+    for (const scenario of scenarios.filter(
+      (s, i) => i === 0 || s.name.startsWith('floor') || !only || only.test(s.name),
+    )) {
       const server = scenario.target === 'bare' ? bare : app
       rows.push(
         await measure(

@@ -98,6 +98,11 @@ export function login(
   })
 }
 
+/** POST /api/auth/password-reset/request for the address (202 whether or not it has an account). */
+export function requestPasswordReset(app: FastifyInstance, email: string): Promise<LightMyRequestResponse> {
+  return app.inject({ method: 'POST', url: '/api/auth/password-reset/request', payload: { email } })
+}
+
 export interface Session {
   userId: string
   sessionId: string

@@ -9,6 +9,7 @@ import {
   mailsTo,
   newUser,
   rawMailsTo,
+  requestPasswordReset,
   signIn,
   uniqueEmail,
 } from '../helpers/accounts.ts'
@@ -74,11 +75,7 @@ describe('the SMTP server going away under the service', () => {
     smtp.clear()
     await proxy.cut()
     try {
-      const reset = await t.app.inject({
-        method: 'POST',
-        url: '/api/auth/password-reset/request',
-        payload: { email: member.email },
-      })
+      const reset = await requestPasswordReset(t.app, member.email)
       expect(reset.statusCode).toBe(202)
       const invite = await asUser(t.app, session, {
         method: 'POST',
@@ -136,11 +133,7 @@ describe('the SMTP server going away under the service', () => {
     const deadBefore = await gauge('dead_letter')
     await proxy.cut()
     try {
-      const reset = await t.app.inject({
-        method: 'POST',
-        url: '/api/auth/password-reset/request',
-        payload: { email: user.email },
-      })
+      const reset = await requestPasswordReset(t.app, user.email)
       expect(reset.statusCode).toBe(202)
       for (let attempt = 1; attempt <= 20; attempt += 1) {
         expect(await deliver()).toBe(1)
@@ -193,11 +186,7 @@ describe('the SMTP server going away under the service', () => {
     })
     smtp.clear()
     try {
-      const reset = await dying.app.inject({
-        method: 'POST',
-        url: '/api/auth/password-reset/request',
-        payload: { email: user.email },
-      })
+      const reset = await requestPasswordReset(dying.app, user.email)
       expect(reset.statusCode).toBe(202)
       await dying.app.background.idle()
       const run = dying.app.mail.worker.runOnce()
