@@ -48,7 +48,7 @@ describe('configuration', () => {
     expect(config.auth.invitation.ttl).toBe(7 * 86400)
     expect(config.auth.passwordReset.ttl).toBe(3600)
     expect(config.auth.sessionVersion.enabled).toBe(false)
-    expect(config.datasource).toEqual({ poolSize: 10, migrateOnStart: true })
+    expect(config.datasource).toEqual({ poolSize: 10, preparedStatements: true, migrateOnStart: true })
     expect(config.storage.uploadUrlTtl).toBe(900)
     expect(config.storage.downloadUrlTtl).toBe(300)
     expect(config.storage.maxFileSize).toBe(100 * 1024 * 1024)
