@@ -39,6 +39,7 @@ const healthPlugin: FastifyPluginAsyncTypebox = async (app) => {
   const checks = new Map<string, ReadinessCheck>()
   app.decorate('readiness', { add: (name: string, check: ReadinessCheck) => void checks.set(name, check) })
   app.readiness.add('database', async () => {
+    if (app.migrations.pending) throw new Error('The database has not been migrated yet')
     await sql`select 1`.execute(app.db)
   })
 

@@ -1,16 +1,24 @@
+import { readdir } from 'node:fs/promises'
+import type { FastifyInstance } from 'fastify'
+import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { buildApp } from '../../src/app.ts'
 import { openPostgres } from '../../src/db/database.ts'
+import { MIGRATIONS_FOLDER } from '../../src/db/migrator.ts'
 import {
+  expectProblem,
   FAST_LOGIN_CONFIG,
   login,
   newUser,
   refresh,
   type Session,
   sessionOf,
+  signIn,
   type TestUser,
 } from '../helpers/accounts.ts'
-import { createTestApp, type TestApp } from '../helpers/app.ts'
+import { createTestApp, type TestApp, testConfig } from '../helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
+import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
 // Faults F1-F3 of issue 16 against real PostgreSQL: the service reaches it through a TCP proxy
@@ -108,4 +116,67 @@ describe.skipIf(!usingPostgres())('PostgreSQL going away under the service', () 
     const up = await t.app.inject({ method: 'GET', url: '/health/ready' })
     expect(up.statusCode, up.body).toBe(200)
   }, 30_000)
+})
+
+// Also from issue 16: the service starts while PostgreSQL is down, reports it in /health/ready and
+// answers /api with 503 until it is back, then migrates the (empty) database and serves, without a
+// restart.
+describe.skipIf(!usingPostgres())('PostgreSQL down when the service starts', () => {
+  let direct: TestDatabase
+  let proxy: TcpProxy
+  let s3: TestS3
+  let app: FastifyInstance
+
+  beforeAll(async () => {
+    direct = await createTestDatabase({ migrated: false })
+    const url = new URL(direct.url as string)
+    proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+    await proxy.cut()
+    url.port = String(proxy.port)
+    s3 = await startTestS3()
+    const handle = openPostgres(url.toString(), { poolSize: 5, onIdleError: () => {} })
+    app = await buildApp(
+      testConfig({ ...FAST_LOGIN_CONFIG, ...s3.config, 'platform.datasource.migrate-on-start': 'true' }),
+      {
+        database: handle,
+        startMailWorker: false,
+        startAuthzWorker: false,
+        startHousekeeping: false,
+        logLevel: 'silent',
+      },
+    )
+    app.addHook('onClose', () => handle.close())
+    await app.ready()
+  }, 60_000)
+
+  afterAll(async () => {
+    await app?.close()
+    await s3?.close()
+    await proxy?.close()
+    await direct?.dispose()
+  })
+
+  it('is live and not ready, answers /api with 503, then migrates and serves once the database is back', async () => {
+    expect(app.migrations.pending).toBe(true)
+    expect((await app.inject({ method: 'GET', url: '/health/live' })).statusCode).toBe(200)
+    const ready = await app.inject({ method: 'GET', url: '/health/ready' })
+    expectProblem(ready, 503, 'SERVICE_UNAVAILABLE')
+    expect(ready.json().checks).toMatchObject({ database: 'DOWN' })
+    const refused = await login(app, 'someone@example.com', 'whatever password')
+    expectProblem(refused, 503, 'SERVICE_UNAVAILABLE')
+    expect(refused.headers['retry-after']).toBe('1')
+    expect(refused.headers['set-cookie']).toBeUndefined()
+
+    await proxy.restore()
+    await app.migrations.migrated
+    expect(app.migrations.pending).toBe(false)
+    const applied = await sql<{ name: string }>`select name from kysely_migration order by name`.execute(
+      direct.handle.db,
+    )
+    const files = (await readdir(MIGRATIONS_FOLDER)).filter((file) => file.endsWith('.ts'))
+    expect(applied.rows.map((row) => row.name)).toEqual(files.map((file) => file.replace(/\.ts$/, '')).sort())
+    expect((await app.inject({ method: 'GET', url: '/health/ready' })).statusCode).toBe(200)
+    const user = await newUser(app)
+    expect((await signIn(app, user)).access).not.toBe('')
+  }, 60_000)
 })
