@@ -11,6 +11,10 @@ import { FakeOpenFga } from './helpers/fake-openfga.ts'
 import { runNode } from './helpers/process.ts'
 import { closedPort } from './helpers/smtp.ts'
 
+// Each CLI command is a process that starts the app on the embedded database (about 5 s on PGlite
+// on a loaded 2-core machine), and a test runs up to five of them in sequence.
+const CLI_TEST_TIMEOUT_MS = 90_000
+
 // The CLI runs as a real process against this file's database: real PostgreSQL with
 // TEST_DATABASE_URL, otherwise an embedded PGlite directory of its own.
 let database: TestDatabase | undefined
@@ -33,7 +37,7 @@ afterAll(async () => {
 
 const cli = (...args: string[]) => runNode('src/cli.ts', args, env).done
 
-describe('operations CLI', () => {
+describe('operations CLI', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it('migrates and reports what it applied, then nothing the second time', async () => {
     const first = await cli('migrate')
     expect(first.stderr).toBe('')
@@ -204,7 +208,7 @@ describe('operations CLI', () => {
   })
 })
 
-describe('operators see what exists (issue 12 item 7)', () => {
+describe('operators see what exists (issue 12 item 7)', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it('lists organizations and their users, and unlocks an account by email', async () => {
     const org = JSON.parse((await cli('org', 'create', '--name', 'Listed Ltd')).stdout).organizationId
     const user = await runNode(
@@ -327,7 +331,7 @@ describe('operators see what exists (issue 12 item 7)', () => {
   })
 })
 
-describe('read-your-writes with an authorization server (OpenFGA)', () => {
+describe('read-your-writes with an authorization server (OpenFGA)', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   let fake: FakeOpenFga
   let openfga: { storeId: string; modelId: string }
   beforeAll(async () => {

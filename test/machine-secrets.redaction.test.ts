@@ -12,6 +12,10 @@ import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { filesReadRoute } from './helpers/machines.ts'
 import { type Finished, runNode } from './helpers/process.ts'
 
+// Each CLI command is a process that starts the app on the embedded database (about 5 s on PGlite
+// on a loaded 2-core machine), and a test runs up to five of them in sequence.
+const CLI_TEST_TIMEOUT_MS = 90_000
+
 // The raw API key, the client secret and the issued service token are shown once, to whoever asked
 // for them, and never again: not in the logs, not in a later response, not in a listing. The
 // credentials are made by the CLI as a real process (decisions 4) and used over HTTP by an app on
@@ -81,7 +85,7 @@ async function pgliteOfTheCli(): Promise<TestDatabase> {
 
 const sha256 = (value: string) => createHash('sha256').update(value).digest('hex')
 
-describe('machine secrets', () => {
+describe('machine secrets', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it('never show the raw API key, the client secret or an issued token again, in logs or responses', async () => {
     const key = printed(
       await cli(
