@@ -27,10 +27,6 @@ export interface Migrations {
   readonly migrated: Promise<void>
 }
 
-/** Unreachable, also when it surfaces as the cause of a failed migration run. */
-const unreachable = (error: unknown) =>
-  isDatabaseUnavailable(error) || (error instanceof Error && isDatabaseUnavailable(error.cause))
-
 const RETRY_MIN_MS = 250
 const RETRY_MAX_MS = 5_000
 
@@ -62,7 +58,7 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
     await migrate()
     return
   } catch (error) {
-    if (!unreachable(error)) throw error
+    if (!isDatabaseUnavailable(error)) throw error
     app.log.warn({ err: error }, 'database unavailable at start-up: /api answers 503 until it is back')
   }
 
@@ -89,7 +85,7 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
       resolve()
     } catch (error) {
       if (closing) return
-      if (!unreachable(error)) {
+      if (!isDatabaseUnavailable(error)) {
         app.log.error({ err: error }, 'migrating the database failed; retrying')
       }
       timer = setTimeout(() => void attempt(Math.min(delay * 2, RETRY_MAX_MS)), delay)

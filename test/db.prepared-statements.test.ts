@@ -1,6 +1,7 @@
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type DatabaseHandle, inTransaction, openPostgres } from '../src/db/database.ts'
+import { type DatabaseHandle, inTransaction, openDatabase, openPostgres } from '../src/db/database.ts'
+import { testConfig } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/database.ts'
 
 // On PostgreSQL each distinct parameterized statement is prepared once per connection (a named
@@ -59,14 +60,27 @@ describe.skipIf(!usingPostgres())('prepared statements on PostgreSQL', () => {
     expect((await read().execute(handle.db)).rows).toEqual([{ n: 7 }])
   })
 
-  it('names nothing with preparedStatements: false (for a pooler that does not keep them)', async () => {
-    const unnamed = openPostgres(database.url as string, { poolSize: 1, preparedStatements: false })
-    try {
-      await sql`select ${1}::int as n`.execute(unnamed.db)
-      await sql`select ${2}::int as n`.execute(unnamed.db)
-      expect(await preparedTexts(unnamed)).toEqual([])
-    } finally {
-      await unnamed.close()
+  it('names nothing with platform.datasource.prepared-statements=false (for a pooler that does not keep them)', async () => {
+    const open = (value: string) =>
+      openDatabase(
+        testConfig({
+          'platform.datasource.url': database.url as string,
+          'platform.datasource.pool-size': '1',
+          'platform.datasource.prepared-statements': value,
+        }),
+      )
+    for (const [value, expected] of [
+      ['false', []],
+      ['true', ['select $1::int as n']],
+    ] as const) {
+      const opened = await open(value)
+      try {
+        await sql`select ${1}::int as n`.execute(opened.db)
+        await sql`select ${2}::int as n`.execute(opened.db)
+        expect(await preparedTexts(opened)).toEqual(expected)
+      } finally {
+        await opened.close()
+      }
     }
   })
 })

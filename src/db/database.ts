@@ -79,14 +79,12 @@ class PreparingClient extends pg.Client {
 
   // biome-ignore lint/suspicious/noExplicitAny: pg's query has a dozen overloads; this one only forwards
   override query(...args: any[]): any {
-    // biome-ignore lint/suspicious/noExplicitAny: see above
-    const forward = super.query.bind(this) as (...a: any[]) => any
     const [text, values, callback] = args
     const prepared =
       typeof text === 'string' && Array.isArray(values) && values.length > 0 && callback === undefined
     const name = prepared ? this.#nameOf(text) : undefined
-    if (name === undefined) return forward(...args)
-    return (forward({ name, text, values }) as Promise<unknown>).catch((error: unknown) => {
+    if (name === undefined) return Reflect.apply(super.query, this, args)
+    return super.query({ name, text, values }).catch((error: unknown) => {
       if (!isStalePreparedStatement(error)) throw error
       this.#names.delete(text)
       if (this.getTransactionStatus() !== 'I') throw error

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildApp } from '../../src/app.ts'
-import { openPostgres } from '../../src/db/database.ts'
+import { type DatabaseHandle, openPostgres } from '../../src/db/database.ts'
 import { MIGRATIONS_FOLDER } from '../../src/db/migrator.ts'
 import {
   expectProblem,
@@ -25,6 +25,17 @@ import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 // that the test cuts (every connection reset, new ones refused, as when the server stops) while
 // requests are in flight, then restores on the same port. The service is never restarted.
 
+/** The database reached through a TCP proxy the test can cut, and a pool on the proxy's side. */
+async function behindProxy(
+  direct: TestDatabase,
+): Promise<{ proxy: TcpProxy; handle: DatabaseHandle; url: string }> {
+  const url = new URL(direct.url as string)
+  const proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+  url.port = String(proxy.port)
+  const handle = openPostgres(url.toString(), { poolSize: 5, onIdleError: () => {} })
+  return { proxy, handle, url: url.toString() }
+}
+
 describe.skipIf(!usingPostgres())('PostgreSQL going away under the service', () => {
   let direct: TestDatabase
   let proxy: TcpProxy
@@ -33,13 +44,12 @@ describe.skipIf(!usingPostgres())('PostgreSQL going away under the service', () 
 
   beforeAll(async () => {
     direct = await createTestDatabase()
-    const url = new URL(direct.url as string)
-    proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
-    url.port = String(proxy.port)
-    const handle = openPostgres(url.toString(), { poolSize: 5, onIdleError: () => {} })
+    const proxied = await behindProxy(direct)
+    proxy = proxied.proxy
+    const { handle, url } = proxied
     t = await createTestApp({
       config: FAST_LOGIN_CONFIG,
-      database: { handle, url: url.toString(), dispose: () => handle.close() },
+      database: { handle, url, dispose: () => handle.close() },
     })
     user = await newUser(t.app)
   }, 60_000)
@@ -129,12 +139,11 @@ describe.skipIf(!usingPostgres())('PostgreSQL down when the service starts', () 
 
   beforeAll(async () => {
     direct = await createTestDatabase({ migrated: false })
-    const url = new URL(direct.url as string)
-    proxy = await startTcpProxy({ host: url.hostname, port: Number(url.port || 5432) })
+    const proxied = await behindProxy(direct)
+    proxy = proxied.proxy
+    const { handle } = proxied
     await proxy.cut()
-    url.port = String(proxy.port)
     s3 = await startTestS3()
-    const handle = openPostgres(url.toString(), { poolSize: 5, onIdleError: () => {} })
     app = await buildApp(
       testConfig({ ...FAST_LOGIN_CONFIG, ...s3.config, 'platform.datasource.migrate-on-start': 'true' }),
       {
