@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import type { TupleKey } from '../src/authz/port.ts'
+import type { CheckRequest, TupleKey } from '../src/authz/port.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, newUser, signIn } from './helpers/accounts.ts'
 import { createTestApp } from './helpers/app.ts'
 import { SwitchablePort, switchableEmbeddedPort } from './helpers/authz.ts'
@@ -31,6 +31,23 @@ class GatedPort extends SwitchablePort {
     this.writesStarted += 1
     await this.#gate
     return super.write(writes, deletes)
+  }
+}
+
+/**
+ * A port whose next check answers from the server as it is, then lets `meanwhile` run before the
+ * answer reaches the caller: the delivery of a queued change finishing between the check's question
+ * and its look at the queue, as the create's own delivery run can.
+ */
+class LateAnswerPort extends GatedPort {
+  meanwhile: (() => Promise<void>) | null = null
+
+  override async check(request: CheckRequest): Promise<boolean> {
+    const answer = await super.check(request)
+    const meanwhile = this.meanwhile
+    this.meanwhile = null
+    if (meanwhile) await meanwhile()
+    return answer
   }
 }
 
@@ -78,6 +95,47 @@ describe('read-your-writes with an authorization server', () => {
       })
       expect(refused.statusCode).toBe(403)
       expect(port.writesStarted).toBe(writes)
+    } finally {
+      port.open()
+      await t.close()
+      await database.dispose()
+    }
+  })
+
+  it('allows when the change is delivered between the check and its look at the queue', async () => {
+    const database = await createTestDatabase()
+    const inner = await switchableEmbeddedPort(database.handle.db)
+    const port = new LateAnswerPort(inner.inner)
+    const t = await createTestApp({
+      database,
+      config: ACCOUNT_TEST_CONFIG,
+      deps: { authorization: port },
+    })
+    try {
+      const creator = await newUser(t.app)
+      await t.app.authz.outbox.runOnce()
+      const session = await signIn(t.app, creator)
+      port.hold()
+      const created = await asUser(t.app, session, {
+        method: 'POST',
+        url: '/api/purchase-requests',
+        payload: { title: 'Desks' },
+      })
+      expect(created.statusCode).toBe(201)
+      const { id } = created.json()
+      expect(await t.app.authz.outbox.pending()).toBe(1)
+
+      // The check is answered "no" (the tuple is not at the server yet); before that answer is
+      // used, the create's delivery lands and marks the change delivered: the queue is empty when
+      // the check looks at it.
+      port.meanwhile = async () => {
+        port.open()
+        await t.app.authz.outbox.runOnce()
+      }
+      const read = await asUser(t.app, session, { method: 'GET', url: `/api/purchase-requests/${id}` })
+      expect(read.statusCode, read.body).toBe(200)
+      expect(port.meanwhile).toBeNull()
+      expect(await t.app.authz.outbox.pending()).toBe(0)
     } finally {
       port.open()
       await t.close()

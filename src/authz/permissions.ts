@@ -24,7 +24,8 @@ export function subjectOf(principal: Principal): string | null {
  * Tuple changes queued for an authorization server and not delivered yet (the outbox). A change
  * is delivered after its transaction commits, without holding the response; a check that would
  * deny while a change about its subject or object waits delivers first, so a creator can read
- * what they just created (read-your-writes) at the cost of one indexed lookup on denials only.
+ * what they just created (read-your-writes) at the cost of one indexed lookup and a second
+ * question on denials only.
  */
 export interface PendingTupleChanges {
   waiting(subject: string, object: string): Promise<boolean>
@@ -41,9 +42,12 @@ export function createPermissions(
     const subject = subjectOf(principal)
     if (!subject) return false
     if (await ask(subject, relation, object)) return true
-    if (!pending || !(await pending.waiting(subject, object))) return false
-    // What cannot be delivered now (the server is down) stays queued, and the answer stays no.
-    await pending.deliver()
+    if (!pending) return false
+    // A no may predate a delivery that finished while it was asked: once the queue has been looked
+    // at, every change committed before that look is either still queued (delivered now) or at the
+    // server, so the question asked again after the look sees it. What cannot be delivered now (the
+    // server is down) stays queued, and the answer stays no.
+    if (await pending.waiting(subject, object)) await pending.deliver()
     return ask(subject, relation, object)
   }
 
