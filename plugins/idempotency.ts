@@ -18,6 +18,7 @@ import {
   recordIdempotentAnswer,
   releaseIdempotencyKey,
 } from '../src/repositories/idempotency-keys.ts'
+import { hooksOf } from './rate-limits.ts'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -76,10 +77,13 @@ async function idempotencyPlugin(app: FastifyInstance) {
     const headers = (route.schema.headers ?? Type.Object({})) as ReturnType<typeof Type.Object>
     route.schema.headers = Type.Object({ ...headers.properties, [HEADER]: Type.Optional(KeyHeader) })
     route.schema.response = { ...problemResponses(409), ...(route.schema.response as object | undefined) }
+    // After the route's rate limits (plugins/rate-limits.ts puts them first).
+    route.preHandler = [...hooksOf(route.preHandler), claim] as typeof route.preHandler
+    route.onSend = [...hooksOf(route.onSend), answer] as typeof route.onSend
   })
 
-  app.addHook('preHandler', async (request, reply) => {
-    const key = request.routeOptions.config.idempotent ? request.headers[HEADER] : undefined
+  async function claim(request: FastifyRequest, reply: FastifyReply) {
+    const key = request.headers[HEADER]
     if (typeof key !== 'string' || !request.principal) return
     const principalId = request.principal.id
     const print = fingerprint(request)
@@ -111,9 +115,9 @@ async function idempotencyPlugin(app: FastifyInstance) {
       }
       await sleep(POLL_MS)
     }
-  })
+  }
 
-  app.addHook('onSend', async (request, reply, payload) => {
+  async function answer(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
     const claimed = request.idempotencyKey
     if (!claimed) return payload
     request.idempotencyKey = undefined
@@ -128,7 +132,7 @@ async function idempotencyPlugin(app: FastifyInstance) {
       await releaseIdempotencyKey(app.db, claimed.principalId, claimed.key)
     }
     return payload
-  })
+  }
 }
 
 export default fp(idempotencyPlugin, {

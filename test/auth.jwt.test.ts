@@ -178,6 +178,20 @@ describe('access token verification', () => {
     await expectRejected(t.app, signed({ ...HS256, kid: 'someone-elses' }, claims(), secret()))
   })
 
+  it('reads a header once per spelling: forged spellings naming the key neither pass nor crowd out the real one', async () => {
+    // The verifier is picked from a remembered header; a header with extra members still names the
+    // key, must still fail on its signature, and (bounded memory) 40 of them change nothing.
+    for (let i = 0; i < 40; i++) {
+      const header = { ...HS256, x: i }
+      const forged = `${b64url(header)}.${signed(HS256, claims(), secret()).split('.').slice(1).join('.')}`
+      await expectRejected(t.app, forged)
+    }
+    await expectAccepted(t.app, signed(HS256, claims(), secret()))
+    // A service token carries the same header (same key): the remembered header must not pick the
+    // user verifier for it, nor the other way round.
+    await expectRejected(t.app, signed(HS256, claims({ aud: t.config.auth.jwt.serviceAudience }), secret()))
+  })
+
   it('rejects iat or nbf more than 60 s ahead, and accepts them up to 60 s ahead (clock skew)', async () => {
     const now = Math.floor(t.clock.now().getTime() / 1000)
     await expectAccepted(t.app, signed(HS256, claims({ iat: now + 59, exp: now + 59 + 600 }), secret()))

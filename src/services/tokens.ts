@@ -64,6 +64,8 @@ export class AccessTokens {
   readonly #issuer: string
   readonly #userAudience: string
   readonly #serviceAudience: string
+  readonly #keyIds: Set<string>
+  readonly #kidOfHeader = new Map<string, string>()
 
   constructor(config: Config, clock: Clock) {
     const keys = jwtSecrets(config)
@@ -75,6 +77,7 @@ export class AccessTokens {
     this.#userAudience = userAudience
     this.#serviceAudience = serviceAudience
     this.#sign = createSigner({ key, algorithm: 'HS256', kid: keyId(key) })
+    this.#keyIds = new Set(keys.map(keyId))
     // One cached verifier per key and audience, picked by the token's kid.
     const verifiers = (audience: string, claims: string[]) =>
       new Map(
@@ -113,9 +116,24 @@ export class AccessTokens {
     return this.#issue(this.#serviceAudience, claims)
   }
 
+  /**
+   * The verifier a token's header names. Every token signed with one key has the same header, so
+   * the first headers naming a known key are remembered (16 at most) and parsed once.
+   */
+  #verifierFor(verifiers: Map<string, Verify>, token: string): Verify | undefined {
+    const header = token.slice(0, token.indexOf('.'))
+    let kid = this.#kidOfHeader.get(header)
+    if (kid === undefined) {
+      kid = headerKid(token)
+      if (kid === undefined || !this.#keyIds.has(kid)) return undefined
+      // Bounded: a forged header naming a known key must not grow the map.
+      if (this.#kidOfHeader.size < 16) this.#kidOfHeader.set(header, kid)
+    }
+    return verifiers.get(kid)
+  }
+
   #verified(verifiers: Map<string, Verify>, token: string): Record<string, unknown> | null {
-    const kid = headerKid(token)
-    const verify = kid === undefined ? undefined : verifiers.get(kid)
+    const verify = this.#verifierFor(verifiers, token)
     if (!verify) return null
     let payload: Record<string, unknown>
     try {

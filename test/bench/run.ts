@@ -16,6 +16,12 @@ import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode } from '../helpers/process.ts'
 import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
 
+/** What `npm start` runs node with (package.json), so the service is measured as it is run. */
+const SERVICE_NODE_OPTIONS =
+  /"start": "node ([^"]*?)src\/server\.ts"/
+    .exec(await readFile(path.join(import.meta.dirname, '../../package.json'), 'utf8'))?.[1]
+    ?.trim() ?? ''
+
 const duration = Number(process.env.BENCH_DURATION ?? 5)
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
 
@@ -217,10 +223,12 @@ async function main() {
     PLATFORM_SERVER_HOST: '127.0.0.1',
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'info',
-    // BENCH_PROFILE=<dir>: every process of the service writes a V8 CPU profile there on exit.
-    ...(process.env.BENCH_PROFILE
-      ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
-      : {}),
+    // The V8 flags `npm start` gives the service (BENCH_NODE_OPTIONS replaces them), and with
+    // BENCH_PROFILE=<dir> a V8 CPU profile of every process of the service, written there on exit.
+    NODE_OPTIONS: [
+      process.env.BENCH_NODE_OPTIONS ?? SERVICE_NODE_OPTIONS,
+      process.env.BENCH_PROFILE ? `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` : '',
+    ].join(' '),
     // The limits would otherwise stop the login and refresh scenarios after a few requests.
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
