@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { Type } from '@sinclair/typebox'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import type { AlongWith } from '../src/db/database.ts'
 import { AppError, problemResponses } from '../src/errors.ts'
 import {
   claimIdempotencyKey,
@@ -26,8 +27,8 @@ declare module 'fastify' {
     idempotent?: boolean
   }
   interface FastifyRequest {
-    /** The key this request claimed, answered in onSend. */
-    idempotencyKey?: { principalId: string; key: string }
+    /** The key this request claimed, answered in onSend unless recorded with the effect. */
+    idempotencyKey?: { principalId: string; key: string; recorded?: boolean }
   }
 }
 
@@ -60,6 +61,51 @@ function fingerprint(request: FastifyRequest): string {
       `${request.method} ${request.routeOptions.url}\n${canonical(request.params)}\n${canonical(request.body ?? null)}`,
     )
     .digest('base64url')
+}
+
+/** What an idempotent create answers: the route sends exactly this. */
+export interface IdempotentAnswer {
+  status: number
+  location: string | null
+  body: Record<string, unknown>
+}
+
+/**
+ * For a create whose request claimed a key: records the answer in the create's own transaction
+ * (given to the service as its `along`), so that the effect and its answer commit together. A
+ * service that dies after the commit but before the response cannot leave the key unanswered, to
+ * be taken for abandoned and run again: the retry gets the resource that was created. The body is
+ * stored as the route's serializer writes it for that status.
+ */
+export function answerWithEffect<T>(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  answer: (result: T) => IdempotentAnswer,
+): AlongWith<T> | undefined {
+  const claimed = request.idempotencyKey
+  if (!claimed) return undefined
+  return async (trx, result) => {
+    const { status, location, body } = answer(result)
+    reply.code(status)
+    await recordIdempotentAnswer(trx, claimed.principalId, claimed.key, {
+      status,
+      location,
+      body: serialized(reply, status, body),
+    })
+    claimed.recorded = true
+  }
+}
+
+/** `body` as the route's serializer for `status` writes it (a response declared per media type, or not). */
+function serialized(reply: FastifyReply, status: number, body: Record<string, unknown>): string {
+  const declared = (
+    reply.routeOptions.schema?.response as Record<number, { content?: unknown }> | undefined
+  )?.[status]
+  return String(
+    declared?.content
+      ? reply.serializeInput(body, String(status), 'application/json')
+      : reply.serializeInput(body, String(status)),
+  )
 }
 
 function replay(reply: FastifyReply, row: IdempotencyKeyRow) {
@@ -121,7 +167,11 @@ async function idempotencyPlugin(app: FastifyInstance) {
     const claimed = request.idempotencyKey
     if (!claimed) return payload
     request.idempotencyKey = undefined
-    if (reply.statusCode >= 200 && reply.statusCode < 300 && typeof payload === 'string') {
+    const succeeded = reply.statusCode >= 200 && reply.statusCode < 300
+    // Recorded in the create's transaction; a failure after it (the key's row then has an answer)
+    // gives nothing back, and a rolled-back one left the row unanswered, released here.
+    if (succeeded && claimed.recorded) return payload
+    if (succeeded && typeof payload === 'string') {
       const location = reply.getHeader('location')
       await recordIdempotentAnswer(app.db, claimed.principalId, claimed.key, {
         status: reply.statusCode,

@@ -2,8 +2,10 @@
 // download address, list a resource's confirmed files. Bytes never pass through the service.
 // Relations are checked on the resource the file belongs to (src/services/files.ts).
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { answerWithEffect } from '../../plugins/idempotency.ts'
 import { problemResponses } from '../../src/errors.ts'
 import { requirePrincipal } from '../../src/principal.ts'
+import type { InitiatedUpload as InitiatedUploadResult } from '../../src/services/files.ts'
 import {
   DownloadUrl,
   FileList,
@@ -32,13 +34,23 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      const upload = await app.services.files.initiate(requirePrincipal(request), request.body)
-      return reply.code(201).header('location', fileLocation(upload.file.id)).send({
-        fileId: upload.file.id,
-        uploadUrl: upload.uploadUrl,
-        expiresAt: upload.expiresAt.toISOString(),
-        uploadHeaders: upload.uploadHeaders,
+      const answer = (upload: InitiatedUploadResult) => ({
+        status: 201 as const,
+        location: fileLocation(upload.file.id),
+        body: {
+          fileId: upload.file.id,
+          uploadUrl: upload.uploadUrl,
+          expiresAt: upload.expiresAt.toISOString(),
+          uploadHeaders: upload.uploadHeaders,
+        },
       })
+      const upload = await app.services.files.initiate(
+        requirePrincipal(request),
+        request.body,
+        answerWithEffect(request, reply, answer),
+      )
+      const { status, location, body } = answer(upload)
+      return reply.code(status).header('location', location).send(body)
     },
   )
 

@@ -2,6 +2,7 @@
 // paging, attachments through the generic file endpoints and a generated PDF report. This file is
 // the template for adding a resource (README, "Adding a resource").
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { answerWithEffect } from '../../plugins/idempotency.ts'
 import { AppError, problemResponses } from '../../src/errors.ts'
 import { requirePrincipal } from '../../src/principal.ts'
 import type {
@@ -86,11 +87,18 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      const row = await service.create(requirePrincipal(request), request.body)
-      return reply
-        .code(201)
-        .header('location', `/api/purchase-requests/${row.id}`)
-        .send(toPurchaseRequest(row))
+      const answer = (row: PurchaseRequestRow) => ({
+        status: 201 as const,
+        location: `/api/purchase-requests/${row.id}`,
+        body: toPurchaseRequest(row),
+      })
+      const row = await service.create(
+        requirePrincipal(request),
+        request.body,
+        answerWithEffect(request, reply, answer),
+      )
+      const { status, location, body } = answer(row)
+      return reply.code(status).header('location', location).send(body)
     },
   )
 

@@ -268,6 +268,13 @@ const backoff = (attempt: number) =>
   )
 
 /**
+ * Work a caller adds to a service's unit of work: run in the same transaction, after the service's
+ * own statements, with what they produced (the HTTP layer records an idempotent answer with the
+ * effect it answers for).
+ */
+export type AlongWith<T> = (trx: Tx, result: T) => Promise<void>
+
+/**
  * The one way to run a unit of work atomically. Repositories take the transaction as their first
  * argument; functions that must run inside one take `Tx`, so calling them outside does not type-check.
  *

@@ -4,7 +4,8 @@ import type { Permissions } from '../authz/permissions.ts'
 import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import { requireTenant } from '../context.ts'
-import type { Database } from '../db/schema.ts'
+import { type AlongWith, inTransaction } from '../db/database.ts'
+import type { Database, Executor } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import type { Principal } from '../principal.ts'
 import {
@@ -132,7 +133,12 @@ export class FileService {
   }
 
   /** Records a PENDING file and signs its upload address; needs `can_edit` on the resource. */
-  async initiate(principal: Principal, input: InitiateUpload): Promise<InitiatedUpload> {
+  /** `along` runs in the transaction that records the file, with the answer (only then is there one). */
+  async initiate(
+    principal: Principal,
+    input: InitiateUpload,
+    along?: AlongWith<InitiatedUpload>,
+  ): Promise<InitiatedUpload> {
     const organizationId = requireTenant()
     const definition = this.#definition(input.resourceType, 'body.resourceType')
     if (!KEY_SEGMENT.test(input.resourceId)) throw validationFailed('body.resourceId', 'is not a valid id')
@@ -162,19 +168,24 @@ export class FileService {
     const now = this.#clock.now()
     const ttl = this.#storage.uploadUrlTtl
     const upload = await this.#call(() => this.#store.presignPut(stagingKey(key), contentType, ttl, now))
-    const file = await this.#record(principal, organizationId, input, {
-      id,
-      key,
-      contentType,
-      now,
-      confirmedSize: null,
-    })
-    return {
-      file,
+    const record = async (db: Executor): Promise<InitiatedUpload> => ({
+      file: await this.#record(db, principal, organizationId, input, {
+        id,
+        key,
+        contentType,
+        now,
+        confirmedSize: null,
+      }),
       uploadUrl: upload.url,
       uploadHeaders: upload.headers,
       expiresAt: new Date(now.getTime() + ttl * 1000),
-    }
+    })
+    if (!along) return record(this.#db)
+    return inTransaction(this.#db, async (trx) => {
+      const initiated = await record(trx)
+      await along(trx, initiated)
+      return initiated
+    })
   }
 
   /**
@@ -281,7 +292,7 @@ export class FileService {
       }),
     )
     const now = this.#clock.now()
-    return this.#record(principal, organizationId, input, {
+    return this.#record(this.#db, principal, organizationId, input, {
       id,
       key,
       contentType,
@@ -292,13 +303,14 @@ export class FileService {
 
   /** Inserts a file row: PENDING until its size is known, CONFIRMED with it. */
   #record(
+    db: Executor,
     principal: Principal,
     organizationId: string,
     input: { resourceType: string; resourceId: string; fileName: string },
     file: { id: string; key: string; contentType: string; now: Date; confirmedSize: number | null },
   ): Promise<FileRow> {
     const confirmed = file.confirmedSize !== null
-    return insertFile(this.#db, {
+    return insertFile(db, {
       id: file.id,
       organization_id: organizationId,
       resource_type: input.resourceType,

@@ -4,7 +4,7 @@ import type { Permissions } from '../authz/permissions.ts'
 import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import { requireTenant } from '../context.ts'
-import { inTransaction } from '../db/database.ts'
+import { type AlongWith, inTransaction } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import { enqueueMail } from '../mail/outbox.ts'
@@ -86,7 +86,12 @@ export class PurchaseRequests {
     this.#deps = deps
   }
 
-  async create(principal: Principal, input: { title: string }): Promise<PurchaseRequestRow> {
+  /** `along` runs in the create's transaction with the new row. */
+  async create(
+    principal: Principal,
+    input: { title: string },
+    along?: AlongWith<PurchaseRequestRow>,
+  ): Promise<PurchaseRequestRow> {
     const { db, clock, permissions } = this.#deps
     const organizationId = requireTenant()
     const title = input.title.trim()
@@ -128,6 +133,7 @@ export class PurchaseRequests {
         ],
         now,
       )
+      await along?.(trx, row)
       return row
     })
     await this.#deps.tuples.deliver()

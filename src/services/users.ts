@@ -3,7 +3,7 @@ import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import { requireTenant } from '../context.ts'
-import { inTransaction } from '../db/database.ts'
+import { type AlongWith, inTransaction } from '../db/database.ts'
 import type { Database, Role, Tx } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import type { UserPrincipal } from '../principal.ts'
@@ -95,9 +95,11 @@ export class UserAdministration {
     )
   }
 
+  /** `along` runs in the invitation's transaction with its result. */
   async invite(
     caller: UserPrincipal,
     input: { email: string; organizationId: string; role: Role },
+    along?: AlongWith<{ userId: string }>,
   ): Promise<{ userId: string }> {
     const { db, clock, links } = this.#deps
     const admin = await this.#admin(db, caller)
@@ -116,7 +118,9 @@ export class UserAdministration {
           active: false,
         })
         await links.send(trx, account, 'INVITATION', clock.now())
-        return { userId: account.id }
+        const result = { userId: account.id }
+        await along?.(trx, result)
+        return result
       }),
     )
   }
