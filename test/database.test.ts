@@ -1,8 +1,9 @@
 import { sql } from 'kysely'
+import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { inTransaction, isDatabaseUnavailable, openPostgres } from '../src/db/database.ts'
 import { findOrganization, insertOrganization } from '../src/repositories/organizations.ts'
-import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
+import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/database.ts'
 
 let database: TestDatabase
 beforeAll(async () => {
@@ -69,5 +70,39 @@ describe('database', () => {
     expect(isDatabaseUnavailable(error)).toBe(true)
     const bad = await sql`select * from no_such_table`.execute(database.handle.db).catch((e: unknown) => e)
     expect(isDatabaseUnavailable(bad)).toBe(false)
+  })
+})
+
+describe.skipIf(!usingPostgres())('a connection the server ends', () => {
+  it('is unavailable (503): the statement in flight, and any statement sent on the broken client after it', async () => {
+    // What a server stop does to work in flight (test/reliability/postgres-restart.test.ts found
+    // the second error, pg's "is not queryable" from the ROLLBACK of a transaction whose
+    // connection had died, answering 500): the backend is terminated between two statements.
+    const handle = openPostgres(database.url as string, { poolSize: 1, onIdleError: () => {} })
+    const client = new pg.Client({ connectionString: database.url as string })
+    client.on('error', () => {})
+    try {
+      const inFlight = await inTransaction(handle.db, async (trx) => {
+        const { rows } = await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(trx)
+        await sql`select pg_terminate_backend(${rows[0]?.pid})`.execute(database.handle.db)
+        await sql`select 1`.execute(trx)
+      }).catch((e: unknown) => e)
+      expect(isDatabaseUnavailable(inFlight), String(inFlight)).toBe(true)
+
+      await client.connect()
+      const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid')
+      await sql`select pg_terminate_backend(${rows[0]?.pid})`.execute(database.handle.db)
+      // pg reports the break on the statements that meet it (here the termination notice or a
+      // reset), then refuses every later one on that client.
+      const errors: unknown[] = []
+      for (let i = 0; i < 3; i++) errors.push(await client.query('select 1').catch((e: unknown) => e))
+      const after = errors.at(-1)
+      for (const error of errors) expect(isDatabaseUnavailable(error), String(error)).toBe(true)
+      expect(String(after)).toMatch(/not queryable/)
+      expect(isDatabaseUnavailable(after), String(after)).toBe(true)
+    } finally {
+      await client.end().catch(() => {})
+      await handle.close()
+    }
   })
 })

@@ -320,7 +320,9 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     // SQLSTATE class 08 connection exception, 57P0x shutdown / cannot connect now, 53300 too many connections.
     if (/^08...$/.test(code) || /^57P0[1-3]$/.test(code) || code === '53300') return true
   }
-  return /timeout exceeded when trying to connect|Connection terminated|connection is closed|PGlite is closed/i.test(
+  // pg's own words for a connection that broke: the query in flight, or one sent on the broken
+  // client afterwards (the ROLLBACK of a transaction whose connection died mid-way).
+  return /timeout exceeded when trying to connect|Connection terminated|connection is closed|is not queryable|PGlite is closed/i.test(
     error.message,
   )
 }
