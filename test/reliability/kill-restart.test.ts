@@ -10,6 +10,7 @@ import type { S3ObjectStore } from '../../src/storage/s3.ts'
 import { FAST_LOGIN_CONFIG, newOrganization, newUser, PASSWORD } from '../helpers/accounts.ts'
 import { createTestApp, testSecret } from '../helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
+import { pollUntil } from '../helpers/poll.ts'
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 import { SmtpSink } from '../helpers/smtp-sink.ts'
@@ -403,13 +404,8 @@ describe.skipIf(!usingPostgres())('F17: kill -9 of the service at random points 
       ).rows[0]?.n,
     )
 
-  async function until(what: string, condition: () => Promise<boolean>, withinMs: number) {
-    const deadline = Date.now() + withinMs
-    while (!(await condition())) {
-      if (Date.now() > deadline) throw new Error(`not within ${withinMs} ms: ${what}`)
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
-  }
+  const until = (what: string, condition: () => Promise<boolean>, withinMs: number) =>
+    pollUntil(what, condition, withinMs, 50)
 
   /** Every invariant, by SQL and against the store, then what the service acknowledged. */
   async function checkInvariants(round: number, restartedAt: Date) {

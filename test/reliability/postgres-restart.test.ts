@@ -5,6 +5,7 @@ import { migrateToLatest } from '../../src/db/migrator.ts'
 import { FAST_LOGIN_CONFIG, newUser, type TestUser } from '../helpers/accounts.ts'
 import { createTestApp, testSecret } from '../helpers/app.ts'
 import { usingPostgres } from '../helpers/database.ts'
+import { pollUntil } from '../helpers/poll.ts'
 import { type PostgresCluster, startPostgresCluster } from '../helpers/postgres-cluster.ts'
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
@@ -92,15 +93,9 @@ function loginLoad(base: string, users: readonly TestUser[]) {
   }
 }
 
-/** Polls until `probe` is true; the pool must find the server again by itself. */
-async function eventually(probe: () => Promise<boolean>, withinMs: number, what: string): Promise<number> {
-  const started = Date.now()
-  for (;;) {
-    if (await probe()) return Date.now() - started
-    if (Date.now() - started > withinMs) throw new Error(`${what}: not within ${withinMs} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-}
+/** Polls until `probe` is true: the pool must find the server again by itself. */
+const eventually = (probe: () => Promise<boolean>, withinMs: number, what: string) =>
+  pollUntil(what, probe, withinMs, 100)
 
 describe.skipIf(!usingPostgres())('a real PostgreSQL server stopped and started under the service', () => {
   let cluster: PostgresCluster

@@ -5,6 +5,7 @@ import { APPROVAL_EMAIL_SUBJECT_KEY } from '../../src/services/purchase-request-
 import { FAST_LOGIN_CONFIG, newOrganization, newUser, PASSWORD, type TestUser } from '../helpers/accounts.ts'
 import { createTestApp, testSecret } from '../helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
+import { pollUntil } from '../helpers/poll.ts'
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 import { SmtpSink } from '../helpers/smtp-sink.ts'
@@ -71,15 +72,7 @@ class Browser {
   }
 }
 
-/** Polls until `probe` is true, every 20 ms; the elapsed milliseconds. */
-async function within(ms: number, what: string, probe: () => Promise<boolean>): Promise<number> {
-  const started = Date.now()
-  for (;;) {
-    if (await probe()) return Date.now() - started
-    if (Date.now() - started > ms) throw new Error(`${what}: not within ${ms} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
+const within = (ms: number, what: string, probe: () => Promise<boolean>) => pollUntil(what, probe, ms)
 
 describe.skipIf(!usingPostgres())('two service processes on one database, under load', () => {
   let database: TestDatabase
@@ -161,6 +154,19 @@ describe.skipIf(!usingPostgres())('two service processes on one database, under 
       }
     })
   }, 120_000)
+
+  /** Messages queued and neither sent nor given up yet. */
+  const unsentMail = async () =>
+    Number(
+      (
+        await database.handle.db
+          .selectFrom('mail_outbox')
+          .select((eb) => eb.fn.countAll<string>().as('n'))
+          .where('sent_at', 'is', null)
+          .where('failed_at', 'is', null)
+          .executeTakeFirstOrThrow()
+      ).n,
+    )
 
   afterAll(async () => {
     load.running = false
@@ -284,15 +290,7 @@ describe.skipIf(!usingPostgres())('two service processes on one database, under 
     const mails = () => smtp.received.filter((raw) => raw.toString('utf8').includes(title)).length
     await within(15_000, 'the approval email', async () => mails() >= 1)
     // Both workers are polling and listening: still one message.
-    await within(15_000, 'an empty mail outbox', async () => {
-      const row = await database.handle.db
-        .selectFrom('mail_outbox')
-        .select((eb) => eb.fn.countAll<string>().as('n'))
-        .where('sent_at', 'is', null)
-        .where('failed_at', 'is', null)
-        .executeTakeFirstOrThrow()
-      return Number(row.n) === 0
-    })
+    await within(15_000, 'an empty mail outbox', async () => (await unsentMail()) === 0)
     expect(mails()).toBe(1)
   }, 60_000)
 
@@ -304,15 +302,7 @@ describe.skipIf(!usingPostgres())('two service processes on one database, under 
     expect(load.unexpected).toEqual([])
     expect(counts['refresh 200']).toBeGreaterThan(20)
     expect(counts['reset 202']).toBeGreaterThan(5)
-    await within(30_000, 'every queued message sent', async () => {
-      const row = await database.handle.db
-        .selectFrom('mail_outbox')
-        .select((eb) => eb.fn.countAll<string>().as('n'))
-        .where('sent_at', 'is', null)
-        .where('failed_at', 'is', null)
-        .executeTakeFirstOrThrow()
-      return Number(row.n) === 0
-    })
+    await within(30_000, 'every queued message sent', async () => (await unsentMail()) === 0)
     const sent = await database.handle.db
       .selectFrom('mail_outbox')
       .select((eb) => eb.fn.countAll<string>().as('n'))
