@@ -96,6 +96,12 @@ export function answerWithEffect<T>(
   }
 }
 
+/** Sends what `answerWithEffect` recorded (or would have): the route's one reply. */
+export function sendAnswer(reply: FastifyReply, { status, location, body }: IdempotentAnswer) {
+  if (location) reply.header('location', location)
+  return reply.code(status).send(body)
+}
+
 /** `body` as the route's serializer for `status` writes it (a response declared per media type, or not). */
 function serialized(reply: FastifyReply, status: number, body: Record<string, unknown>): string {
   const declared = (
@@ -169,7 +175,8 @@ async function idempotencyPlugin(app: FastifyInstance) {
     request.idempotencyKey = undefined
     const succeeded = reply.statusCode >= 200 && reply.statusCode < 300
     // Recorded in the create's transaction; a failure after it (the key's row then has an answer)
-    // gives nothing back, and a rolled-back one left the row unanswered, released here.
+    // gives nothing back, and a rolled-back one left the row unanswered, released here. A route
+    // that does not hand `answerWithEffect` to its service is answered here, after its commit.
     if (succeeded && claimed.recorded) return payload
     if (succeeded && typeof payload === 'string') {
       const location = reply.getHeader('location')

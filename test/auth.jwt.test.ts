@@ -178,17 +178,16 @@ describe('access token verification', () => {
     await expectRejected(t.app, signed({ ...HS256, kid: 'someone-elses' }, claims(), secret()))
   })
 
-  it('reads a header once per spelling: forged spellings naming the key neither pass nor crowd out the real one', async () => {
-    // The verifier is picked from a remembered header; a header with extra members still names the
-    // key, must still fail on its signature, and (bounded memory) 40 of them change nothing.
+  it('rejects forged header spellings naming the key, and still accepts the real one after them', async () => {
+    // A header with extra members still names the key: it must fail on its signature, and 40 of
+    // them (each a new token for the verified-token cache) change nothing for a real token.
     for (let i = 0; i < 40; i++) {
       const header = { ...HS256, x: i }
       const forged = `${b64url(header)}.${signed(HS256, claims(), secret()).split('.').slice(1).join('.')}`
       await expectRejected(t.app, forged)
     }
     await expectAccepted(t.app, signed(HS256, claims(), secret()))
-    // A service token carries the same header (same key): the remembered header must not pick the
-    // user verifier for it, nor the other way round.
+    // A service-audience token carries the same header (same key): the user verifier refuses it.
     await expectRejected(t.app, signed(HS256, claims({ aud: t.config.auth.jwt.serviceAudience }), secret()))
   })
 

@@ -2,7 +2,7 @@
 // download address, list a resource's confirmed files. Bytes never pass through the service.
 // Relations are checked on the resource the file belongs to (src/services/files.ts).
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { answerWithEffect } from '../../plugins/idempotency.ts'
+import { answerWithEffect, sendAnswer } from '../../plugins/idempotency.ts'
 import { problemResponses } from '../../src/errors.ts'
 import { requirePrincipal } from '../../src/principal.ts'
 import type { InitiatedUpload as InitiatedUploadResult } from '../../src/services/files.ts'
@@ -35,7 +35,7 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const answer = (upload: InitiatedUploadResult) => ({
-        status: 201 as const,
+        status: 201,
         location: fileLocation(upload.file.id),
         body: {
           fileId: upload.file.id,
@@ -49,8 +49,7 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
         request.body,
         answerWithEffect(request, reply, answer),
       )
-      const { status, location, body } = answer(upload)
-      return reply.code(status).header('location', location).send(body)
+      return sendAnswer(reply, answer(upload))
     },
   )
 

@@ -2,7 +2,7 @@
 // paging, attachments through the generic file endpoints and a generated PDF report. This file is
 // the template for adding a resource (README, "Adding a resource").
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { answerWithEffect } from '../../plugins/idempotency.ts'
+import { answerWithEffect, sendAnswer } from '../../plugins/idempotency.ts'
 import { AppError, problemResponses } from '../../src/errors.ts'
 import { requirePrincipal } from '../../src/principal.ts'
 import type {
@@ -88,7 +88,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const answer = (row: PurchaseRequestRow) => ({
-        status: 201 as const,
+        status: 201,
         location: `/api/purchase-requests/${row.id}`,
         body: toPurchaseRequest(row),
       })
@@ -97,8 +97,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
         request.body,
         answerWithEffect(request, reply, answer),
       )
-      const { status, location, body } = answer(row)
-      return reply.code(status).header('location', location).send(body)
+      return sendAnswer(reply, answer(row))
     },
   )
 

@@ -2,7 +2,7 @@
 // reactivate, admin-triggered password reset. Checked against the account table, not the
 // authorization server.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { answerWithEffect } from '../../plugins/idempotency.ts'
+import { answerWithEffect, sendAnswer } from '../../plugins/idempotency.ts'
 import { problemResponses } from '../../src/errors.ts'
 import { requireUser } from '../../src/principal.ts'
 import { Empty, InviteUserRequest, UserIdResponse, UserParams, UserStateResponse } from './schemas.ts'
@@ -34,13 +34,13 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
     async (request, reply) => {
       const caller = requireUser(request)
       const { email, organizationId, role = 'member' } = request.body
-      const answer = (result: { userId: string }) => ({ status: 202 as const, location: null, body: result })
+      const answer = (result: { userId: string }) => ({ status: 202, location: null, body: result })
       const result = await app.services.users.invite(
         caller,
         { email, organizationId, role },
         answerWithEffect(request, reply, answer),
       )
-      return reply.code(202).send(answer(result).body)
+      return sendAnswer(reply, answer(result))
     },
   )
 

@@ -132,8 +132,10 @@ export class FileService {
     return [...this.#types.keys()]
   }
 
-  /** Records a PENDING file and signs its upload address; needs `can_edit` on the resource. */
-  /** `along` runs in the transaction that records the file, with the answer (only then is there one). */
+  /**
+   * Records a PENDING file and signs its upload address; needs `can_edit` on the resource. `along`
+   * runs in the transaction that records the file, with the answer (only then is there one).
+   */
   async initiate(
     principal: Principal,
     input: InitiateUpload,

@@ -65,8 +65,6 @@ export class AccessTokens {
   readonly #issuer: string
   readonly #userAudience: string
   readonly #serviceAudience: string
-  readonly #keyIds: Set<string>
-  readonly #kidOfHeader = new Map<string, string>()
   readonly #userTokens = new LRUCache<string, Record<string, unknown>>({ max: 10_000 })
   readonly #serviceTokens = new LRUCache<string, Record<string, unknown>>({ max: 10_000 })
 
@@ -80,7 +78,6 @@ export class AccessTokens {
     this.#userAudience = userAudience
     this.#serviceAudience = serviceAudience
     this.#sign = createSigner({ key, algorithm: 'HS256', kid: keyId(key) })
-    this.#keyIds = new Set(keys.map(keyId))
     // One verifier per key and audience, picked by the token's kid.
     const verifiers = (audience: string, claims: string[]) =>
       new Map(
@@ -119,26 +116,11 @@ export class AccessTokens {
   }
 
   /**
-   * The verifier a token's header names. Every token signed with one key has the same header, so
-   * the first headers naming a known key are remembered (16 at most) and parsed once.
-   */
-  #verifierFor(verifiers: Map<string, Verify>, token: string): Verify | undefined {
-    const header = token.slice(0, token.indexOf('.'))
-    let kid = this.#kidOfHeader.get(header)
-    if (kid === undefined) {
-      kid = headerKid(token)
-      if (kid === undefined || !this.#keyIds.has(kid)) return undefined
-      // Bounded: a forged header naming a known key must not grow the map.
-      if (this.#kidOfHeader.size < 16) this.#kidOfHeader.set(header, kid)
-    }
-    return verifiers.get(kid)
-  }
-
-  /**
    * The payload of a token whose signature, issuer, audience and claims were verified; the time
    * claims are checked on every call against the clock. Verified tokens are remembered (10,000 per
-   * audience, least recently used out) under the token itself: fast-jwt's own cache keys by a
-   * SHA-256 of the token, computed on every request, and warns against any other key.
+   * audience, least recently used out) under the token itself, so a token's header is read and its
+   * signature checked once: fast-jwt's own cache keys by a SHA-256 of the token, computed on every
+   * request, and warns against any other key.
    */
   #verified(
     verifiers: Map<string, Verify>,
@@ -147,7 +129,8 @@ export class AccessTokens {
   ): Record<string, unknown> | null {
     let payload = cache.get(token)
     if (payload === undefined) {
-      const verify = this.#verifierFor(verifiers, token)
+      const kid = headerKid(token)
+      const verify = kid === undefined ? undefined : verifiers.get(kid)
       if (!verify) return null
       try {
         payload = verify(token)

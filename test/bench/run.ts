@@ -13,14 +13,8 @@ import { sql } from 'kysely'
 import { openPGlite, openPostgres } from '../../src/db/database.ts'
 import { freePort } from '../../src/lifecycle.ts'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
-import { runNode } from '../helpers/process.ts'
+import { runNode, START_NODE_FLAGS } from '../helpers/process.ts'
 import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
-
-/** What `npm start` runs node with (package.json), so the service is measured as it is run. */
-const SERVICE_NODE_OPTIONS =
-  /"start": "node ([^"]*?)src\/server\.ts"/
-    .exec(await readFile(path.join(import.meta.dirname, '../../package.json'), 'utf8'))?.[1]
-    ?.trim() ?? ''
 
 const duration = Number(process.env.BENCH_DURATION ?? 5)
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
@@ -226,7 +220,7 @@ async function main() {
     // The V8 flags `npm start` gives the service (BENCH_NODE_OPTIONS replaces them), and with
     // BENCH_PROFILE=<dir> a V8 CPU profile of every process of the service, written there on exit.
     NODE_OPTIONS: [
-      process.env.BENCH_NODE_OPTIONS ?? SERVICE_NODE_OPTIONS,
+      process.env.BENCH_NODE_OPTIONS ?? START_NODE_FLAGS.join(' '),
       process.env.BENCH_PROFILE ? `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` : '',
     ].join(' '),
     // The limits would otherwise stop the login and refresh scenarios after a few requests.

@@ -1,7 +1,16 @@
 import { type ChildProcess, spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import path from 'node:path'
 
 export const ROOT = path.resolve(import.meta.dirname, '../..')
+
+/** The node flags `npm start` runs the service with (package.json), so tests and the bench run it alike. */
+export const START_NODE_FLAGS: string[] =
+  /"start": "node ([^"]*?)src\/server\.ts"/
+    .exec(readFileSync(path.join(ROOT, 'package.json'), 'utf8'))?.[1]
+    ?.trim()
+    .split(/\s+/)
+    .filter(Boolean) ?? []
 
 export interface Finished {
   code: number | null

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { envName } from '../../src/config.ts'
 import { freePort } from '../../src/lifecycle.ts'
-import { type Finished, ROOT } from './process.ts'
+import { type Finished, ROOT, START_NODE_FLAGS } from './process.ts'
 
 // The service as `npm start` runs it (src/server.ts, all configuration from the environment), in a
 // process of its own on 127.0.0.1, for tests that measure it from outside or kill it. `preload`
@@ -33,7 +33,11 @@ export interface ServiceOptions {
 /** Starts the service and resolves once GET /health/live answers 200; rejects if it exits first. */
 export async function startService(options: ServiceOptions): Promise<ServiceProcess> {
   const port = options.port ?? (await freePort())
-  const args = [...(options.preload ?? []).flatMap((p) => ['--import', p]), 'src/server.ts']
+  const args = [
+    ...START_NODE_FLAGS,
+    ...(options.preload ?? []).flatMap((p) => ['--import', p]),
+    'src/server.ts',
+  ]
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: {
