@@ -122,6 +122,26 @@ describe('authorization outbox', () => {
     expect(await canView()).toBe(true)
   })
 
+  it('flush() tries what is queued at once, whatever its backoff: an explicit delivery (the CLI) does not wait for it', async () => {
+    t.port.failures.write = serverDown()
+    const member = await newUser(t.app)
+    await queueOwnedPurchaseRequest(t.app, member.organizationId)
+    expect(await runOnce()).toBe(0)
+    const [head] = await pendingRows()
+    expect(head?.next_attempt_at.getTime()).toBeGreaterThan(t.clock.now().getTime())
+    // The server is back; the clock has not reached the backoff.
+    t.port.failures = {}
+    expect(await t.app.authz.outbox.flush(0)).toEqual({ pending: 0, lastError: null })
+    // A flush against a server still down backs off as before.
+    t.port.failures.write = serverDown()
+    await queueOwnedPurchaseRequest(t.app, member.organizationId)
+    const left = await t.app.authz.outbox.flush(0)
+    expect(left.pending).toBe(1)
+    const [stillQueued] = await pendingRows()
+    expect(stillQueued?.attempts).toBe(1)
+    expect(stillQueued?.next_attempt_at.getTime()).toBeGreaterThan(t.clock.now().getTime())
+  })
+
   it('delivers the changes of one tuple in the order they were queued', async () => {
     const kept = memberTuple()
     const removed = memberTuple()

@@ -7,6 +7,7 @@ import { type OutboxHandler, OutboxWorker, type OutboxWorkerOptions, retryDelayM
 import {
   type AuthzOutboxRow,
   deferTupleChange,
+  makeTupleChangesDue,
   markTupleChangesDelivered,
   pendingTupleChanges,
   setTupleChangeAside,
@@ -46,20 +47,24 @@ const tupleKey = (row: AuthzOutboxRow): TupleKey => ({
 
 export class AuthzOutboxWorker extends OutboxWorker {
   readonly #db: Kysely<Database>
+  readonly #clock: AuthzOutboxWorkerDeps['clock']
 
   constructor(deps: AuthzOutboxWorkerDeps) {
     super({ kind: 'authz', handler: new TupleDelivery(deps), log: deps.log, listen: deps.listen })
     this.#db = deps.db
+    this.#clock = deps.clock
   }
 
   /**
-   * Delivers until nothing is queued or `withinMs` has passed (another instance may hold the lease
-   * for a moment, and a failed delivery waits for its backoff); resolves to what is still queued,
-   * with the last delivery error, so a caller such as the CLI can say that its changes are not
-   * visible yet.
+   * Delivers until nothing is queued or `withinMs` has passed: first at once, whatever the backoff
+   * of a change that failed before (an explicit delivery, such as a CLI command's, is the moment to
+   * try), then as the backoff of a new failure allows (another instance may also hold the lease for
+   * a moment). Resolves to what is still queued, with the last delivery error, so a caller such as
+   * the CLI can say that its changes are not visible yet.
    */
   async flush(withinMs: number): Promise<{ pending: number; lastError: string | null }> {
     const deadline = Date.now() + withinMs
+    await makeTupleChangesDue(this.#db, this.#clock.now())
     for (;;) {
       await this.runOnce()
       const backlog = await tupleChangeBacklog(this.#db)

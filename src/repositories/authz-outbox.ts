@@ -51,6 +51,16 @@ export async function deferTupleChange(
     .execute()
 }
 
+/** Makes every waiting change due at `now`: an explicit delivery does not wait for a backoff. */
+export async function makeTupleChangesDue(db: Executor, now: Date): Promise<void> {
+  await db
+    .updateTable('authz_outbox')
+    .set({ next_attempt_at: now })
+    .where('processed_at', 'is', null)
+    .where('next_attempt_at', '>', now)
+    .execute()
+}
+
 /** How many changes wait, and the last delivery error among them. */
 export async function tupleChangeBacklog(
   db: Executor,
