@@ -1,6 +1,8 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
+import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3'
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loadConfig } from '../src/config.ts'
 import { startEmbeddedStorage } from '../src/storage/embedded-s3.ts'
@@ -285,6 +287,82 @@ describe('addresses for the public endpoint', () => {
       expect(await publicStore.head(objectKey)).toEqual({ size: 6, contentType: 'text/plain' })
     } finally {
       await publicStore.close()
+    }
+  })
+})
+
+describe("pre-signed addresses are the SDK's own", () => {
+  // The adapter asks getSignedUrl once where the bucket lives and signs each address itself with
+  // the SDK's presigner: every address must be the one getSignedUrl gives, byte for byte in its
+  // path and signature, whatever the addressing style, port, path prefix or key.
+  const credentials = {
+    accessKeyId: 'AKIDEXAMPLE',
+    secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY',
+  }
+  const signingDate = new Date('2026-11-25T10:00:00Z')
+  const keys = ['org/a/b/c', "odd key/ü (1)+it's*~!.pdf", 'uploads/org/x//y']
+
+  async function sdkAddress(
+    options: { endpoint: string; pathStyle: boolean },
+    command: GetObjectCommand | PutObjectCommand,
+    signed: string[],
+  ): Promise<string> {
+    const client = new S3Client({
+      endpoint: options.endpoint,
+      region: 'eu-central-1',
+      forcePathStyle: options.pathStyle,
+      credentials,
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
+    })
+    try {
+      return await getSignedUrl(client, command, {
+        expiresIn: 300,
+        signingDate,
+        signableHeaders: new Set(signed),
+      })
+    } finally {
+      client.destroy()
+    }
+  }
+
+  const parts = (address: string) => {
+    const url = new URL(address)
+    return { origin: url.origin, path: url.pathname, query: Object.fromEntries(url.searchParams) }
+  }
+
+  it.each([
+    { endpoint: 'http://127.0.0.1:9000', pathStyle: true },
+    { endpoint: 'https://storage.example.test', pathStyle: true },
+    { endpoint: 'https://storage.example.test/s3-prefix', pathStyle: true },
+    { endpoint: 'https://s3.eu-central-1.example.test', pathStyle: false },
+    { endpoint: 'http://localhost:9000', pathStyle: false },
+  ])('signs GET and PUT as getSignedUrl does ($endpoint, path style $pathStyle)', async (options) => {
+    const store = new S3ObjectStore({
+      ...options,
+      region: 'eu-central-1',
+      bucket: 'files-bucket',
+      ...credentials,
+    })
+    try {
+      for (const objectKey of keys) {
+        const get = await store.presignGet(objectKey, 300, signingDate)
+        const sdkGet = await sdkAddress(
+          options,
+          new GetObjectCommand({ Bucket: 'files-bucket', Key: objectKey }),
+          [],
+        )
+        expect(parts(get)).toEqual(parts(sdkGet))
+        const put = await store.presignPut(objectKey, 'application/pdf', 300, signingDate)
+        const sdkPut = await sdkAddress(
+          options,
+          new PutObjectCommand({ Bucket: 'files-bucket', Key: objectKey, ContentType: 'application/pdf' }),
+          ['content-type'],
+        )
+        expect(parts(put.url)).toEqual(parts(sdkPut))
+      }
+    } finally {
+      await store.close()
     }
   })
 })
