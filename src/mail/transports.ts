@@ -2,14 +2,18 @@ import { randomBytes } from 'node:crypto'
 import { mkdir, rename, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
-import nodemailer from 'nodemailer'
+import type { Transporter } from 'nodemailer'
 import { type Clock, systemClock } from '../clock.ts'
 import { type Config, ConfigError } from '../config.ts'
 import { cleanSubject } from './templates.ts'
 
 // The mail port (decisions 3): SMTP when platform.mail.smtp.url is set, otherwise an embedded sink
 // that stores each message as an .eml file. Both build the message with nodemailer, so the bytes
-// a developer opens from the sink are the ones an SMTP server would receive.
+// a developer opens from the sink are the ones an SMTP server would receive. nodemailer (about
+// 10 MB of a process's memory) is loaded with the first message, not at start-up.
+
+let nodemailerModule: Promise<typeof import('nodemailer')> | undefined
+const loadNodemailer = () => (nodemailerModule ??= import('nodemailer'))
 
 /** A rendered message, ready to leave the service. */
 export interface OutgoingMail {
@@ -50,24 +54,28 @@ function mailOptions(message: OutgoingMail) {
 
 /** SMTP through nodemailer: `smtp://user:pass@host:port`, or `smtps://` for TLS from the first byte. */
 export class SmtpTransport implements MailTransport {
-  readonly #transporter: ReturnType<typeof nodemailer.createTransport>
+  readonly #url: string
+  #transporter: Promise<Transporter> | undefined
 
   constructor(url: string) {
-    this.#transporter = nodemailer.createTransport({
-      url,
-      connectionTimeout: CONNECTION_TIMEOUT_MS,
-      greetingTimeout: GREETING_TIMEOUT_MS,
-      socketTimeout: SOCKET_TIMEOUT_MS,
-      dnsTimeout: CONNECTION_TIMEOUT_MS,
-    })
+    this.#url = url
   }
 
   async send(message: OutgoingMail): Promise<void> {
-    await this.#transporter.sendMail(mailOptions(message))
+    this.#transporter ??= loadNodemailer().then(({ default: nodemailer }) =>
+      nodemailer.createTransport({
+        url: this.#url,
+        connectionTimeout: CONNECTION_TIMEOUT_MS,
+        greetingTimeout: GREETING_TIMEOUT_MS,
+        socketTimeout: SOCKET_TIMEOUT_MS,
+        dnsTimeout: CONNECTION_TIMEOUT_MS,
+      }),
+    )
+    await (await this.#transporter).sendMail(mailOptions(message))
   }
 
   async close(): Promise<void> {
-    this.#transporter.close()
+    ;(await this.#transporter)?.close()
   }
 }
 
@@ -84,7 +92,7 @@ export class FileSinkTransport implements MailTransport {
   readonly #directory: string
   readonly #log: MailLogger
   readonly #clock: Clock
-  readonly #composer = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: 'windows' })
+  #composer: Promise<Transporter> | undefined
   #ready: Promise<unknown> | undefined
 
   constructor(options: FileSinkOptions) {
@@ -98,7 +106,10 @@ export class FileSinkTransport implements MailTransport {
   }
 
   async send(message: OutgoingMail): Promise<void> {
-    const info = await this.#composer.sendMail(mailOptions(message))
+    this.#composer ??= loadNodemailer().then(({ default: nodemailer }) =>
+      nodemailer.createTransport({ streamTransport: true, buffer: true, newline: 'windows' }),
+    )
+    const info = await (await this.#composer).sendMail(mailOptions(message))
     if (!Buffer.isBuffer(info.message)) throw new Error('the stream transport did not return a buffer')
     this.#ready ??= mkdir(this.#directory, { recursive: true })
     await this.#ready
@@ -116,7 +127,7 @@ export class FileSinkTransport implements MailTransport {
   }
 
   async close(): Promise<void> {
-    this.#composer.close()
+    ;(await this.#composer)?.close()
   }
 }
 
