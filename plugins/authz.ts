@@ -101,6 +101,7 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
     },
     check: permissions.check,
     require: permissions.require,
+    checkWithRead: permissions.checkWithRead,
   } satisfies Authz)
   app.readiness.add('authorization', () => port.ready())
   if (options.startWorker ?? true) app.addHook('onReady', () => outbox.start())

@@ -9,7 +9,12 @@ import {
   writableTuple,
 } from '../src/authz/embedded.ts'
 import { loadModel, MODEL_FILE, ModelIndex, parseModel } from '../src/authz/model.ts'
-import { AuthorizationRequestError, AuthorizationUnavailableError, type TupleKey } from '../src/authz/port.ts'
+import {
+  type AuthorizationPort,
+  AuthorizationRequestError,
+  AuthorizationUnavailableError,
+  type TupleKey,
+} from '../src/authz/port.ts'
 import { authorizationContract } from './authz.contract.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
@@ -34,6 +39,24 @@ const clearTuples = async () => {
 
 authorizationContract('embedded', async (dsl) => {
   const port = new EmbeddedAuthorization(db(), new ModelIndex(parseModel(dsl)))
+  return { port, reset: clearTuples, close: () => port.close() }
+})
+
+// The same contract with every check asked along with a read (checkWithRead, one statement for the
+// read and the check's first round of lookups): every answer must be the check's, and the row the read's.
+authorizationContract('embedded, each check along with a read', async (dsl) => {
+  const inner = new EmbeddedAuthorization(db(), new ModelIndex(parseModel(dsl)))
+  const port: AuthorizationPort = {
+    async check(request) {
+      const read = db().selectNoFrom(sql<string>`'the row'`.as('value'))
+      const { allowed, row } = await inner.checkWithRead(request, db(), read)
+      if (row?.value !== 'the row') throw new Error(`the read came back as ${JSON.stringify(row)}`)
+      return allowed
+    },
+    write: (writes, deletes) => inner.write(writes, deletes),
+    ready: () => inner.ready(),
+    close: () => inner.close(),
+  }
   return { port, reset: clearTuples, close: () => port.close() }
 })
 
@@ -261,6 +284,67 @@ describe('embedded authorization evaluator', () => {
       counter.queries = 0
       expect(await port.check(tuple('user:gus', 'can_view', 'purchase_request:pr-1'))).toBe(false)
       expect(counter.queries).toBe(1)
+    })
+
+    it("reads an object's row in the statement of the check's first round (checkWithRead)", async () => {
+      const model = await readFile(MODEL_FILE, 'utf8')
+      await embedded(model).write(
+        [
+          tuple('user:mia', 'member', 'organization:acme'),
+          tuple('organization:acme', 'owner_organization', 'purchase_request:pr-1'),
+        ],
+        [],
+      )
+      const { db: counted, counter } = countingQueries()
+      const port = embedded(model, counted)
+      const read = (found: boolean) =>
+        counted
+          .selectNoFrom([sql<string>`'pr-1'`.as('id'), sql<Date>`now()`.as('read_at')])
+          .where(sql.lit(found))
+      for (const [user, allowed] of [
+        ['user:mia', true],
+        ['user:gus', false],
+      ] as const) {
+        counter.queries = 0
+        const answer = await port.checkWithRead(
+          tuple(user, 'can_view', 'purchase_request:pr-1'),
+          counted,
+          read(true),
+        )
+        expect(answer.allowed).toBe(allowed)
+        // The row as a read alone gives it: its columns only, typed by the driver.
+        expect(Object.keys(answer.row ?? {}).sort()).toEqual(['id', 'read_at'])
+        expect(answer.row?.id).toBe('pr-1')
+        expect(answer.row?.read_at).toBeInstanceOf(Date)
+        expect(counter.queries).toBe(1)
+      }
+      counter.queries = 0
+      const missing = await port.checkWithRead(
+        tuple('user:mia', 'can_view', 'purchase_request:pr-1'),
+        counted,
+        read(false),
+      )
+      expect(missing).toEqual({ allowed: true, row: undefined })
+      expect(counter.queries).toBe(1)
+      // A check that needs no lookup (a userset is a member of itself): the read runs alone.
+      counter.queries = 0
+      const self = await port.checkWithRead(
+        tuple('organization:acme#member', 'member', 'organization:acme'),
+        counted,
+        read(true),
+      )
+      expect(self.allowed).toBe(true)
+      expect(self.row?.id).toBe('pr-1')
+      expect(counter.queries).toBe(1)
+      // Another database than the evaluator's: read there, then checked, in two statements.
+      counter.queries = 0
+      const other = await port.checkWithRead(
+        tuple('user:mia', 'can_view', 'purchase_request:pr-1'),
+        db(),
+        read(true),
+      )
+      expect(other.allowed).toBe(true)
+      expect(counter.queries).toBe(2)
     })
   })
 

@@ -3,10 +3,13 @@ import { inTransaction } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import {
   deleteTuples,
+  findOneWithLookups,
   findTuplesForLookups,
   insertTuples,
   type LookupRow,
+  type OneRowQuery,
   type SubjectRow,
+  type TupleLookup,
   type TupleRow,
 } from '../repositories/authz-tuples.ts'
 import type { ModelIndex, RelationReference, Userset } from './model.ts'
@@ -270,14 +273,15 @@ interface QueuedLookup {
  * same tick (a rewrite's branches) are merged into one query per lookup with all their object ids.
  */
 class TupleLoader {
-  readonly #db: Kysely<Database>
+  readonly #query: (lookups: TupleLookup[]) => Promise<LookupRow[]>
   readonly #loaded = new Map<string, Promise<SubjectRow[]>>()
   /** By parent object and user (prefetchKey): every tuple on it naming the user, whatever the relation. */
   readonly #prefetched = new Map<string, Array<SubjectRow & { relation: string }>>()
   #queued = new Map<string, QueuedLookup>()
 
-  constructor(db: Kysely<Database>) {
-    this.#db = db
+  /** `query`: what a round of lookups asks the database (findTuplesForLookups, or a read along with it). */
+  constructor(query: (lookups: TupleLookup[]) => Promise<LookupRow[]>) {
+    this.#query = query
   }
 
   load(lookup: Lookup, objectId: string): Promise<SubjectRow[]> {
@@ -332,8 +336,7 @@ class TupleLoader {
     const queued = [...this.#queued.values()]
     this.#queued = new Map()
     try {
-      const rows = await findTuplesForLookups(
-        this.#db,
+      const rows = await this.#query(
         queued.map(({ lookup, waiting }) => ({ ...lookup, objectIds: [...waiting.keys()] })),
       )
       // Parents first (each known, if only to have no tuple naming the user), then what names the user.
@@ -534,7 +537,49 @@ export class EmbeddedAuthorization implements AuthorizationPort {
       const relation = parseName(request.relation, 'relation')
       requireRelation(this.#model, object.type, relation)
       const user = modelSubject(this.#model, request.user)
-      return new Resolution(this.#model, new TupleLoader(this.#db), user).check(object, relation)
+      const loader = new TupleLoader((lookups) => findTuplesForLookups(this.#db, lookups))
+      return new Resolution(this.#model, loader, user).check(object, relation)
+    })
+  }
+
+  /**
+   * `check`, plus a read of at most one row from `db`: when `db` is the one this evaluator reads,
+   * the read runs in the statement of the check's first round of lookups (one round trip where the
+   * two cost two). The answer is exactly `check`'s; the row is the read's, read alone when the check
+   * needs no lookup or `db` is another database.
+   */
+  checkWithRead<Row extends object>(
+    request: CheckRequest,
+    db: Kysely<Database>,
+    read: OneRowQuery<Row>,
+  ): Promise<{ allowed: boolean; row: Row | undefined }> {
+    if (db !== this.#db) {
+      return this.#answer(async () => {
+        const row = (await read.execute())[0]
+        return { allowed: await this.check(request), row }
+      })
+    }
+    return this.#answer(async () => {
+      const object = parseTarget(request.object)
+      const relation = parseName(request.relation, 'relation')
+      requireRelation(this.#model, object.type, relation)
+      const user = modelSubject(this.#model, request.user)
+      let combined: Promise<{ row: Row | undefined; lookupRows: LookupRow[] }> | undefined
+      const loader = new TupleLoader((lookups) => {
+        if (combined) return findTuplesForLookups(this.#db, lookups)
+        combined = findOneWithLookups(this.#db, read, lookups)
+        return combined.then(({ lookupRows }) => lookupRows)
+      })
+      let allowed: boolean
+      try {
+        allowed = await new Resolution(this.#model, loader, user).check(object, relation)
+      } catch (error) {
+        combined?.catch(() => undefined)
+        throw error
+      }
+      // A check can settle before its first round's statement answers (a union's allowed branch).
+      const row = combined ? (await combined).row : (await read.execute())[0]
+      return { allowed, row }
     })
   }
 

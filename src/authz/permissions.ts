@@ -1,5 +1,8 @@
+import type { Kysely } from 'kysely'
+import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import type { Principal } from '../principal.ts'
+import type { OneRowQuery } from '../repositories/authz-tuples.ts'
 import { type AuthorizationPort, AuthorizationRequestError } from './port.ts'
 
 /**
@@ -11,6 +14,17 @@ export interface Permissions {
   check(principal: Principal, relation: string, object: string): Promise<boolean>
   /** The same, as a guard: 403 ACCESS_DENIED when not allowed. */
   require(principal: Principal, relation: string, object: string): Promise<void>
+  /**
+   * `check`, and the read of the object's row (at most one) from `db`: in one round trip with the
+   * embedded evaluator. `row` is undefined when there is none, and then `allowed` means nothing.
+   */
+  checkWithRead<Row extends object>(
+    principal: Principal,
+    relation: string,
+    object: string,
+    db: Kysely<Database>,
+    read: OneRowQuery<Row>,
+  ): Promise<{ allowed: boolean; row: Row | undefined }>
 }
 
 /** The subject a principal is in the authorization model; service accounts are not tenant members. */
@@ -42,18 +56,50 @@ export function createPermissions(
     const subject = subjectOf(principal)
     if (!subject) return false
     if (await ask(subject, relation, object)) return true
+    return askAfterQueue(subject, relation, object)
+  }
+
+  /**
+   * A no may predate a delivery that finished while it was asked: once the queue has been looked
+   * at, every change committed before that look is either still queued (delivered now) or at the
+   * server, so the question asked again after the look sees it. What cannot be delivered now (the
+   * server is down) stays queued, and the answer stays no.
+   */
+  async function askAfterQueue(subject: string, relation: string, object: string): Promise<boolean> {
     if (!pending) return false
-    // A no may predate a delivery that finished while it was asked: once the queue has been looked
-    // at, every change committed before that look is either still queued (delivered now) or at the
-    // server, so the question asked again after the look sees it. What cannot be delivered now (the
-    // server is down) stays queued, and the answer stays no.
     if (await pending.waiting(subject, object)) await pending.deliver()
     return ask(subject, relation, object)
   }
 
-  async function ask(subject: string, relation: string, object: string): Promise<boolean> {
+  async function checkWithRead<Row extends object>(
+    principal: Principal,
+    relation: string,
+    object: string,
+    db: Kysely<Database>,
+    read: OneRowQuery<Row>,
+  ): Promise<{ allowed: boolean; row: Row | undefined }> {
+    const subject = subjectOf(principal)
+    if (!subject || !port.checkWithRead) {
+      const row = (await read.execute())[0]
+      // No row: nothing to ask about.
+      return { allowed: row !== undefined && (await check(principal, relation, object)), row }
+    }
+    const request = { user: subject, relation, object }
+    const answer = await answered(() =>
+      (port.checkWithRead as NonNullable<typeof port.checkWithRead>)(request, db, read),
+    )
+    if (answer.allowed || answer.row === undefined) return answer
+    return { allowed: await askAfterQueue(subject, relation, object), row: answer.row }
+  }
+
+  function ask(subject: string, relation: string, object: string): Promise<boolean> {
+    return answered(() => port.check({ user: subject, relation, object }))
+  }
+
+  /** An answer of the port; 400 for a question the model cannot express, 503 when it cannot answer. */
+  async function answered<T>(question: () => Promise<T>): Promise<T> {
     try {
-      return await port.check({ user: subject, relation, object })
+      return await question()
     } catch (error) {
       if (error instanceof AuthorizationRequestError) throw new AppError('BAD_REQUEST', error.message)
       log.error({ err: error }, 'authorization check could not be answered')
@@ -65,6 +111,7 @@ export function createPermissions(
   }
   return {
     check,
+    checkWithRead,
     async require(principal, relation, object) {
       if (!(await check(principal, relation, object))) {
         throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')

@@ -43,8 +43,9 @@ export function insertPurchaseRequest(
 }
 
 /** By id in any organization: the caller tells "unknown" (404) from "not yours" (403). */
-export function findPurchaseRequest(db: Executor, id: string): Promise<PurchaseRequestRow | undefined> {
-  return db.selectFrom('purchase_requests').selectAll().where('id', '=', id).executeTakeFirst()
+/** The select of one purchase request, run alone or along with a permission check. */
+export function purchaseRequestQuery(db: Executor, id: string) {
+  return db.selectFrom('purchase_requests').selectAll().where('id', '=', id)
 }
 
 /**

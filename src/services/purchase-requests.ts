@@ -12,7 +12,6 @@ import type { Principal } from '../principal.ts'
 import { findAccount } from '../repositories/accounts.ts'
 import type { FileRow } from '../repositories/files.ts'
 import {
-  findPurchaseRequest,
   insertPurchaseRequest,
   insertPurchaseRequestEvent,
   listPurchaseRequestEvents,
@@ -20,6 +19,7 @@ import {
   type PageKey,
   type PurchaseRequestEventRow,
   type PurchaseRequestRow,
+  purchaseRequestQuery,
   updatePurchaseRequestStatus,
 } from '../repositories/purchase-requests.ts'
 import type { FileService } from './files.ts'
@@ -142,9 +142,17 @@ export class PurchaseRequests {
 
   /** 404 for an unknown id, 403 ACCESS_DENIED without `can_view` (another organization's request). */
   async get(principal: Principal, id: string): Promise<PurchaseRequestRow> {
-    const row = await findPurchaseRequest(this.#deps.db, id)
+    const { db, permissions } = this.#deps
+    // The row and the permission in one round trip with the embedded evaluator.
+    const { row, allowed } = await permissions.checkWithRead(
+      principal,
+      'can_view',
+      objectOf(id),
+      db,
+      purchaseRequestQuery(db, id),
+    )
     if (!row) throw new AppError('NOT_FOUND', 'No such purchase request')
-    await this.#deps.permissions.require(principal, 'can_view', objectOf(id))
+    if (!allowed) throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
     return row
   }
 
