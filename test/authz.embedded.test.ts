@@ -43,14 +43,19 @@ authorizationContract('embedded', async (dsl) => {
 })
 
 // The same contract with every check asked along with a read (checkWithRead, one statement for the
-// read and the check's first round of lookups): every answer must be the check's, and the row the read's.
+// read and the check's first round of lookups): every answer must be the check's, and the rows the
+// read's, all of them, in its order.
 authorizationContract('embedded, each check along with a read', async (dsl) => {
   const inner = new EmbeddedAuthorization(db(), new ModelIndex(parseModel(dsl)))
   const port: AuthorizationPort = {
     async check(request) {
-      const read = db().selectNoFrom(sql<string>`'the row'`.as('value'))
-      const { allowed, row } = await inner.checkWithRead(request, db(), read)
-      if (row?.value !== 'the row') throw new Error(`the read came back as ${JSON.stringify(row)}`)
+      const read = db()
+        .selectFrom(sql<{ n: number }>`(select generate_series(1, 3) as n)`.as('s'))
+        .select('n')
+        .orderBy('n', 'desc')
+      const { allowed, rows } = await inner.checkWithRead(request, db(), read)
+      if (JSON.stringify(rows) !== '[{"n":3},{"n":2},{"n":1}]')
+        throw new Error(`the read came back as ${JSON.stringify(rows)}`)
       return allowed
     },
     write: (writes, deletes) => inner.write(writes, deletes),
@@ -313,9 +318,10 @@ describe('embedded authorization evaluator', () => {
         )
         expect(answer.allowed).toBe(allowed)
         // The row as a read alone gives it: its columns only, typed by the driver.
-        expect(Object.keys(answer.row ?? {}).sort()).toEqual(['id', 'read_at'])
-        expect(answer.row?.id).toBe('pr-1')
-        expect(answer.row?.read_at).toBeInstanceOf(Date)
+        expect(answer.rows).toHaveLength(1)
+        expect(Object.keys(answer.rows[0] ?? {}).sort()).toEqual(['id', 'read_at'])
+        expect(answer.rows[0]?.id).toBe('pr-1')
+        expect(answer.rows[0]?.read_at).toBeInstanceOf(Date)
         expect(counter.queries).toBe(1)
       }
       counter.queries = 0
@@ -324,7 +330,7 @@ describe('embedded authorization evaluator', () => {
         counted,
         read(false),
       )
-      expect(missing).toEqual({ allowed: true, row: undefined })
+      expect(missing).toEqual({ allowed: true, rows: [] })
       expect(counter.queries).toBe(1)
       // A check that needs no lookup (a userset is a member of itself): the read runs alone.
       counter.queries = 0
@@ -334,7 +340,7 @@ describe('embedded authorization evaluator', () => {
         read(true),
       )
       expect(self.allowed).toBe(true)
-      expect(self.row?.id).toBe('pr-1')
+      expect(self.rows.map((row) => row.id)).toEqual(['pr-1'])
       expect(counter.queries).toBe(1)
       // Another database than the evaluator's: read there, then checked, in two statements.
       counter.queries = 0

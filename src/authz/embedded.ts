@@ -3,11 +3,11 @@ import { inTransaction } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import {
   deleteTuples,
-  findOneWithLookups,
   findTuplesForLookups,
+  findWithLookups,
   insertTuples,
   type LookupRow,
-  type OneRowQuery,
+  type RowsQuery,
   type SubjectRow,
   type TupleLookup,
   type TupleRow,
@@ -543,20 +543,20 @@ export class EmbeddedAuthorization implements AuthorizationPort {
   }
 
   /**
-   * `check`, plus a read of at most one row from `db`: when `db` is the one this evaluator reads,
-   * the read runs in the statement of the check's first round of lookups (one round trip where the
-   * two cost two). The answer is exactly `check`'s; the row is the read's, read alone when the check
-   * needs no lookup or `db` is another database.
+   * `check`, plus a read from `db`: when `db` is the one this evaluator reads, the read runs in the
+   * statement of the check's first round of lookups (one round trip where the two cost two). The
+   * answer is exactly `check`'s; the rows are the read's, read alone when the check needs no lookup
+   * or `db` is another database.
    */
   checkWithRead<Row extends object>(
     request: CheckRequest,
     db: Kysely<Database>,
-    read: OneRowQuery<Row>,
-  ): Promise<{ allowed: boolean; row: Row | undefined }> {
+    read: RowsQuery<Row>,
+  ): Promise<{ allowed: boolean; rows: Row[] }> {
     if (db !== this.#db) {
       return this.#answer(async () => {
-        const row = (await read.execute())[0]
-        return { allowed: await this.check(request), row }
+        const rows = await read.execute()
+        return { allowed: await this.check(request), rows }
       })
     }
     return this.#answer(async () => {
@@ -564,10 +564,10 @@ export class EmbeddedAuthorization implements AuthorizationPort {
       const relation = parseName(request.relation, 'relation')
       requireRelation(this.#model, object.type, relation)
       const user = modelSubject(this.#model, request.user)
-      let combined: Promise<{ row: Row | undefined; lookupRows: LookupRow[] }> | undefined
+      let combined: Promise<{ rows: Row[]; lookupRows: LookupRow[] }> | undefined
       const loader = new TupleLoader((lookups) => {
         if (combined) return findTuplesForLookups(this.#db, lookups)
-        combined = findOneWithLookups(this.#db, read, lookups)
+        combined = findWithLookups(this.#db, read, lookups)
         return combined.then(({ lookupRows }) => lookupRows)
       })
       let allowed: boolean
@@ -578,8 +578,8 @@ export class EmbeddedAuthorization implements AuthorizationPort {
         throw error
       }
       // A check can settle before its first round's statement answers (a union's allowed branch).
-      const row = combined ? (await combined).row : (await read.execute())[0]
-      return { allowed, row }
+      const rows = combined ? (await combined).rows : await read.execute()
+      return { allowed, rows }
     })
   }
 

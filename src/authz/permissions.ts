@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import type { Principal } from '../principal.ts'
-import type { OneRowQuery } from '../repositories/authz-tuples.ts'
+import type { RowsQuery } from '../repositories/authz-tuples.ts'
 import { type AuthorizationPort, AuthorizationRequestError } from './port.ts'
 
 /**
@@ -15,16 +15,16 @@ export interface Permissions {
   /** The same, as a guard: 403 ACCESS_DENIED when not allowed. */
   require(principal: Principal, relation: string, object: string): Promise<void>
   /**
-   * `check`, and the read of the object's row (at most one) from `db`: in one round trip with the
-   * embedded evaluator. `row` is undefined when there is none, and then `allowed` means nothing.
+   * `check`, and a read from `db` (the object's row, a page of what the check guards): in one round
+   * trip with the embedded evaluator.
    */
   checkWithRead<Row extends object>(
     principal: Principal,
     relation: string,
     object: string,
     db: Kysely<Database>,
-    read: OneRowQuery<Row>,
-  ): Promise<{ allowed: boolean; row: Row | undefined }>
+    read: RowsQuery<Row>,
+  ): Promise<{ allowed: boolean; rows: Row[] }>
 }
 
 /** The subject a principal is in the authorization model; service accounts are not tenant members. */
@@ -76,20 +76,17 @@ export function createPermissions(
     relation: string,
     object: string,
     db: Kysely<Database>,
-    read: OneRowQuery<Row>,
-  ): Promise<{ allowed: boolean; row: Row | undefined }> {
+    read: RowsQuery<Row>,
+  ): Promise<{ allowed: boolean; rows: Row[] }> {
     const subject = subjectOf(principal)
-    if (!subject || !port.checkWithRead) {
-      const row = (await read.execute())[0]
-      // No row: nothing to ask about.
-      return { allowed: row !== undefined && (await check(principal, relation, object)), row }
+    const combined = port.checkWithRead?.bind(port)
+    if (!subject || !combined) {
+      const rows = await read.execute()
+      return { allowed: await check(principal, relation, object), rows }
     }
-    const request = { user: subject, relation, object }
-    const answer = await answered(() =>
-      (port.checkWithRead as NonNullable<typeof port.checkWithRead>)(request, db, read),
-    )
-    if (answer.allowed || answer.row === undefined) return answer
-    return { allowed: await askAfterQueue(subject, relation, object), row: answer.row }
+    const answer = await answered(() => combined({ user: subject, relation, object }, db, read))
+    if (answer.allowed) return answer
+    return { allowed: await askAfterQueue(subject, relation, object), rows: answer.rows }
   }
 
   function ask(subject: string, relation: string, object: string): Promise<boolean> {

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely'
 import type { Database } from '../db/schema.ts'
-import type { OneRowQuery } from '../repositories/authz-tuples.ts'
+import type { RowsQuery } from '../repositories/authz-tuples.ts'
 
 // The authorization port: what the service asks of a relationship-based authorization server
 // (OpenFGA's API, spec 2.12). Two adapters implement it: OpenFGA over HTTP and the embedded
@@ -20,15 +20,15 @@ export interface AuthorizationPort {
   /** Whether `user` has `relation` on `object` under the model. */
   check(request: CheckRequest): Promise<boolean>
   /**
-   * `check`, plus a read of at most one row from `db` in as few round trips as the adapter can
-   * (the embedded evaluator: one statement for the read and the check's first round of lookups).
-   * Adapters without it are asked `check` after the read.
+   * `check`, plus a read from `db`, in as few round trips as the adapter can (the embedded
+   * evaluator: one statement for the read and the check's first round of lookups). Adapters
+   * without it are asked `check` after the read.
    */
   checkWithRead?<Row extends object>(
     request: CheckRequest,
     db: Kysely<Database>,
-    read: OneRowQuery<Row>,
-  ): Promise<{ allowed: boolean; row: Row | undefined }>
+    read: RowsQuery<Row>,
+  ): Promise<{ allowed: boolean; rows: Row[] }>
   /** Writes and deletes tuples. Idempotent: writing an existing tuple or deleting a missing one is no error. */
   write(writes: TupleKey[], deletes: TupleKey[]): Promise<void>
   /** Resolves when the server answers (readiness). */

@@ -150,56 +150,57 @@ function lookupsStatement(
 }
 
 /**
- * A read of at most one row and the tuples of lookups, in one statement: the read's row is joined
- * to every lookup row (or to none), so each lookup row comes back once, as findTuplesForLookups
- * would answer it, and the read's row once, or not at all. What a check's first round of lookups
- * and the read of the object it is about cost in one round trip instead of two.
+ * A read and the tuples of lookups, in one statement: a two-row list is joined to the read's rows
+ * on its first row and to the lookup rows on its second, so every row of either comes back once,
+ * each lookup row as findTuplesForLookups would answer it and the read's rows in the read's order
+ * (numbered as they come out of it). What a check's first round of lookups and the read of what
+ * it is about cost in one round trip instead of two.
  */
-export async function findOneWithLookups<Row extends object>(
+export async function findWithLookups<Row extends object>(
   db: Executor,
-  read: OneRowQuery<Row>,
+  read: RowsQuery<Row>,
   lookups: readonly TupleLookup[],
-): Promise<{ row: Row | undefined; lookupRows: LookupRow[] }> {
+): Promise<{ rows: Row[]; lookupRows: LookupRow[] }> {
   const compiled = read.compile()
   const tuples = lookupsStatement(lookups, compiled.parameters.length + 1)
-  if (!tuples) return { row: (await db.executeQuery<Row>(compiled)).rows[0], lookupRows: [] }
-  const { rows } = await db.executeQuery<Record<string, unknown>>(
+  if (!tuples) return { rows: (await db.executeQuery<Row>(compiled)).rows, lookupRows: [] }
+  const result = await db.executeQuery<Record<string, unknown>>(
     CompiledQuery.raw(
       `select "r".*, "l"."object_id" as "authz_object_id", "l"."subject_type" as "authz_subject_type",` +
         ` "l"."subject_id" as "authz_subject_id", "l"."subject_relation" as "authz_subject_relation",` +
         ` "l"."lookup" as "authz_lookup", "l"."prefetched_type" as "authz_prefetched_type",` +
         ` "l"."prefetched_relation" as "authz_prefetched_relation"` +
-        ` from (select 1) as "authz_one"` +
-        ` left join (select true as "authz_found", "q".* from (${compiled.sql}) as "q") as "r" on true` +
-        ` left join (${tuples.sql}) as "l" on true`,
+        ` from (values (1), (2)) as "authz_part" ("tag")` +
+        ` left join (select row_number() over () as "authz_n", "q".* from (${compiled.sql}) as "q") as "r" on "authz_part"."tag" = 1` +
+        ` left join (${tuples.sql}) as "l" on "authz_part"."tag" = 2` +
+        ` order by "authz_part"."tag", "r"."authz_n"`,
       [...compiled.parameters, ...tuples.parameters],
     ),
   )
-  const first = rows[0]
-  let row: Row | undefined
-  if (first?.authz_found === true) {
-    const fields: Record<string, unknown> = {}
-    for (const name in first) if (!name.startsWith('authz_')) fields[name] = first[name]
-    row = fields as Row
-  }
+  const rows: Row[] = []
   const lookupRows: LookupRow[] = []
-  for (const r of rows) {
-    if (r.authz_lookup === null || r.authz_lookup === undefined) continue
-    lookupRows.push({
-      object_id: r.authz_object_id as string,
-      subject_type: r.authz_subject_type as string,
-      subject_id: r.authz_subject_id as string,
-      subject_relation: r.authz_subject_relation as string,
-      lookup: Number(r.authz_lookup),
-      prefetched_type: r.authz_prefetched_type as string | null,
-      prefetched_relation: r.authz_prefetched_relation as string | null,
-    })
+  for (const r of result.rows) {
+    if (r.authz_n !== null && r.authz_n !== undefined) {
+      const fields: Record<string, unknown> = {}
+      for (const name in r) if (!name.startsWith('authz_')) fields[name] = r[name]
+      rows.push(fields as Row)
+    } else if (r.authz_lookup !== null && r.authz_lookup !== undefined) {
+      lookupRows.push({
+        object_id: r.authz_object_id as string,
+        subject_type: r.authz_subject_type as string,
+        subject_id: r.authz_subject_id as string,
+        subject_relation: r.authz_subject_relation as string,
+        lookup: Number(r.authz_lookup),
+        prefetched_type: r.authz_prefetched_type as string | null,
+        prefetched_relation: r.authz_prefetched_relation as string | null,
+      })
+    }
   }
-  return { row, lookupRows }
+  return { rows, lookupRows }
 }
 
-/** A select of at most one row (a Kysely select builder), run alone or inside findOneWithLookups'. */
-export interface OneRowQuery<Row> {
+/** A select (a Kysely select builder), run alone or inside findWithLookups' statement. */
+export interface RowsQuery<Row> {
   compile(): CompiledQuery<Row>
   execute(): Promise<Row[]>
 }

@@ -79,18 +79,22 @@ export async function insertPurchaseRequestEvent(
  * One page of an organization's requests, newest first. Keyset paging: the page after `after`
  * starts from an index position, so its cost does not grow with the page's depth.
  */
-export function listPurchaseRequests(
+/**
+ * A page of an organization's purchase requests, newest first (keyset: after created_at, id); a
+ * select, run along with the membership check.
+ */
+export function purchaseRequestsQuery(
   db: Executor,
   organizationId: string,
   options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
-): Promise<PurchaseRequestRow[]> {
+) {
   let query = db.selectFrom('purchase_requests').selectAll().where('organization_id', '=', organizationId)
   if (options.status) query = query.where('status', '=', options.status)
   if (options.after) {
     const { createdAt, id } = options.after
     query = query.where((eb) => eb(eb.refTuple('created_at', 'id'), '<', eb.tuple(createdAt, id)))
   }
-  return query.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(options.limit).execute()
+  return query.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(options.limit)
 }
 
 export function listPurchaseRequestEvents(

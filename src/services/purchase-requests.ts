@@ -15,11 +15,11 @@ import {
   insertPurchaseRequest,
   insertPurchaseRequestEvent,
   listPurchaseRequestEvents,
-  listPurchaseRequests,
   type PageKey,
   type PurchaseRequestEventRow,
   type PurchaseRequestRow,
   purchaseRequestQuery,
+  purchaseRequestsQuery,
   updatePurchaseRequestStatus,
 } from '../repositories/purchase-requests.ts'
 import type { FileService } from './files.ts'
@@ -144,13 +144,10 @@ export class PurchaseRequests {
   async get(principal: Principal, id: string): Promise<PurchaseRequestRow> {
     const { db, permissions } = this.#deps
     // The row and the permission in one round trip with the embedded evaluator.
-    const { row, allowed } = await permissions.checkWithRead(
-      principal,
-      'can_view',
-      objectOf(id),
-      db,
-      purchaseRequestQuery(db, id),
-    )
+    const {
+      rows: [row],
+      allowed,
+    } = await permissions.checkWithRead(principal, 'can_view', objectOf(id), db, purchaseRequestQuery(db, id))
     if (!row) throw new AppError('NOT_FOUND', 'No such purchase request')
     if (!allowed) throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
     return row
@@ -160,13 +157,18 @@ export class PurchaseRequests {
     principal: Principal,
     options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
   ): Promise<{ items: PurchaseRequestRow[]; next: PageKey | null }> {
+    const { db, permissions } = this.#deps
     const organizationId = requireTenant()
-    await this.#deps.permissions.require(principal, 'member', `organization:${organizationId}`)
-    // One row more than asked tells whether another page follows.
-    const rows = await listPurchaseRequests(this.#deps.db, organizationId, {
-      ...options,
-      limit: options.limit + 1,
-    })
+    // The page and the membership in one round trip with the embedded evaluator. One row more than
+    // asked tells whether another page follows.
+    const { rows, allowed } = await permissions.checkWithRead(
+      principal,
+      'member',
+      `organization:${organizationId}`,
+      db,
+      purchaseRequestsQuery(db, organizationId, { ...options, limit: options.limit + 1 }),
+    )
+    if (!allowed) throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
     const items = rows.slice(0, options.limit)
     const last = items.at(-1)
     return {
