@@ -291,6 +291,81 @@ describe('embedded authorization evaluator', () => {
       expect(counter.queries).toBe(1)
     })
 
+    it("records a creation's tuples and their outbox log in one statement, and a mixed list in order", async () => {
+      const model = await readFile(MODEL_FILE, 'utf8')
+      const { db: counted, counter } = countingQueries()
+      const port = embedded(model, counted)
+      const recorder = port.recorderFor(counted)
+      if (!recorder) throw new Error('the evaluator reads this database: it records in its transactions')
+      const now = new Date('2026-11-25T12:00:00.000Z')
+      const change = (operation: 'write' | 'delete', subject: string, relation: string, object: string) => ({
+        operation,
+        subject,
+        relation,
+        object,
+      })
+      await counted.transaction().execute(async (trx) => {
+        counter.queries = 0
+        await recorder.record(
+          trx,
+          [
+            change('write', 'organization:acme', 'owner_organization', 'purchase_request:pr-7'),
+            change('write', 'user:mia', 'member', 'organization:acme'),
+            change('write', 'user:mia', 'member', 'organization:acme'),
+          ],
+          now,
+        )
+        expect(counter.queries).toBe(1)
+      })
+      expect(await port.check(tuple('user:mia', 'can_view', 'purchase_request:pr-7'))).toBe(true)
+      const logged = await db()
+        .selectFrom('authz_outbox')
+        .select(['operation', 'subject', 'relation', 'object', 'processed_at'])
+        .where('created_at', '=', now)
+        .orderBy('id')
+        .execute()
+      expect(logged).toEqual([
+        {
+          ...change('write', 'organization:acme', 'owner_organization', 'purchase_request:pr-7'),
+          processed_at: now,
+        },
+        { ...change('write', 'user:mia', 'member', 'organization:acme'), processed_at: now },
+        { ...change('write', 'user:mia', 'member', 'organization:acme'), processed_at: now },
+      ])
+      // A delete then a write: applied in that order.
+      await counted
+        .transaction()
+        .execute((trx) =>
+          recorder.record(
+            trx,
+            [
+              change('delete', 'user:mia', 'member', 'organization:acme'),
+              change('write', 'user:mia', 'admin', 'organization:acme'),
+            ],
+            now,
+          ),
+        )
+      expect(await port.check(tuple('user:mia', 'can_edit', 'purchase_request:pr-7'))).toBe(true)
+      const tuples = await db()
+        .selectFrom('authz_tuples')
+        .select(['relation', 'subject_id'])
+        .where('object_id', '=', 'acme')
+        .execute()
+      expect(tuples).toEqual([{ relation: 'admin', subject_id: 'mia' }])
+      // A write the model refuses records nothing.
+      await expect(
+        counted
+          .transaction()
+          .execute((trx) =>
+            recorder.record(
+              trx,
+              [change('write', 'user:mia', 'owner_organization', 'purchase_request:pr-8')],
+              now,
+            ),
+          ),
+      ).rejects.toThrow(AuthorizationRequestError)
+    })
+
     it("reads an object's row in the statement of the check's first round (checkWithRead)", async () => {
       const model = await readFile(MODEL_FILE, 'utf8')
       await embedded(model).write(

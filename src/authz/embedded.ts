@@ -6,6 +6,7 @@ import {
   findTuplesForLookups,
   findWithLookups,
   insertTuples,
+  insertTuplesLogged,
   type LookupRow,
   type RowsQuery,
   type SubjectRow,
@@ -20,7 +21,7 @@ import {
   type CheckRequest,
   type TupleKey,
 } from './port.ts'
-import { enqueueTupleChanges, type TupleRecorder } from './tuples.ts'
+import { enqueueTupleChanges, outboxRowsOf, type TupleRecorder } from './tuples.ts'
 
 // The embedded authorization evaluator (decisions 3): OpenFGA's check semantics for a schema 1.1
 // model, over the tuples in `authz_tuples`. What it evaluates: direct relations restricted to the
@@ -614,6 +615,14 @@ export class EmbeddedAuthorization implements AuthorizationPort {
     const model = this.#model
     return {
       async record(trx, changes, now) {
+        // Writes only (a resource's creation): the tuples and their log in one statement.
+        if (changes.length > 0 && changes.every((change) => change.operation === 'write')) {
+          const rows = changes.map((c) =>
+            writableTuple(model, { user: c.subject, relation: c.relation, object: c.object }),
+          )
+          await insertTuplesLogged(trx, rows, outboxRowsOf(changes, now, true))
+          return
+        }
         for (const change of changes) {
           const key = { user: change.subject, relation: change.relation, object: change.object }
           if (change.operation === 'write') await insertTuples(trx, [writableTuple(model, key)])

@@ -24,15 +24,18 @@ export async function enqueueTupleChanges(
   if (changes.length === 0) return
   await trx
     .insertInto('authz_outbox')
-    .values(
-      changes.map((c) => ({
-        ...c,
-        created_at: now,
-        next_attempt_at: now,
-        processed_at: applied ? now : null,
-      })),
-    )
+    .values(outboxRowsOf(changes, now, applied))
     .execute()
+}
+
+/** The outbox rows of tuple changes (`applied`: already delivered, by the embedded evaluator). */
+export function outboxRowsOf(changes: TupleChange[], now: Date, applied: boolean) {
+  return changes.map((c) => ({
+    ...c,
+    created_at: now,
+    next_attempt_at: now,
+    processed_at: applied ? now : null,
+  }))
 }
 
 /**

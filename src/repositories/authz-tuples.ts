@@ -1,5 +1,5 @@
-import { CompiledQuery, type RawBuilder, sql } from 'kysely'
-import type { Executor } from '../db/schema.ts'
+import { CompiledQuery, type Insertable, type RawBuilder, sql } from 'kysely'
+import type { AuthzOutboxTable, Executor } from '../db/schema.ts'
 
 // The relationship tuples of the embedded authorization evaluator. Every lookup takes a list of
 // object ids, so that the evaluator can answer many objects' questions with one query. Lists travel
@@ -34,6 +34,28 @@ export async function insertTuples(db: Executor, tuples: readonly TupleRow[]): P
     .columns(['object_type', 'object_id', 'relation', 'subject_type', 'subject_id', 'subject_relation'])
     .expression(sql`select * from ${unnestTuples(tuples)}`)
     .onConflict((oc) => oc.doNothing())
+    .execute()
+}
+
+/**
+ * insertTuples and the rows that log them in the outbox, in one statement (a data-modifying CTE):
+ * a resource's creation records its tuples with one round trip, not two.
+ */
+export async function insertTuplesLogged(
+  db: Executor,
+  tuples: readonly TupleRow[],
+  log: readonly Insertable<AuthzOutboxTable>[],
+): Promise<void> {
+  await db
+    .with('written', (w) =>
+      w
+        .insertInto('authz_tuples')
+        .columns(['object_type', 'object_id', 'relation', 'subject_type', 'subject_id', 'subject_relation'])
+        .expression(sql`select * from ${unnestTuples(tuples)}`)
+        .onConflict((oc) => oc.doNothing()),
+    )
+    .insertInto('authz_outbox')
+    .values([...log])
     .execute()
 }
 
