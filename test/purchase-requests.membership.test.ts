@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import { describe, expect, it } from 'vitest'
+import { AuthorizationUnavailableError } from '../src/authz/port.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, expectProblem, newActor, type Session } from './helpers/accounts.ts'
 import { type TestApp, useTestApp } from './helpers/app.ts'
 import { useAuthzTestApp } from './helpers/authz.ts'
@@ -45,5 +46,42 @@ describe.each<[string, () => TestApp]>([
     await t.app.authz.port.write([], [membership])
     expectProblem(await list(t.app, session), 403, 'ACCESS_DENIED')
     expectProblem(await get(t.app, session, id), 403, 'ACCESS_DENIED')
+  })
+})
+
+describe('a purchase request read while the authorization server is down', () => {
+  const t = useAuthzTestApp()
+
+  it('is 404 when it does not exist (nothing to ask about) and 503 when it does, never 200', async () => {
+    const { session } = await newActor(t.app)
+    const created = await asUser(t.app, session, {
+      method: 'POST',
+      url: '/api/purchase-requests',
+      payload: { title: 'Desks' },
+    })
+    expect(created.statusCode).toBe(201)
+    await t.app.authz.outbox.runOnce()
+    t.port.failures.check = new AuthorizationUnavailableError('connect ECONNREFUSED 127.0.0.1:8080')
+    try {
+      const missing = '00000000-0000-4000-8000-000000000000'
+      expectProblem(
+        await asUser(t.app, session, { method: 'GET', url: `/api/purchase-requests/${missing}` }),
+        404,
+        'NOT_FOUND',
+      )
+      expectProblem(
+        await asUser(t.app, session, { method: 'GET', url: `/api/purchase-requests/${created.json().id}` }),
+        503,
+        'SERVICE_UNAVAILABLE',
+      )
+      // The list needs the membership even for an empty page.
+      expectProblem(
+        await asUser(t.app, session, { method: 'GET', url: '/api/purchase-requests?status=APPROVED' }),
+        503,
+        'SERVICE_UNAVAILABLE',
+      )
+    } finally {
+      t.port.failures.check = undefined
+    }
   })
 })

@@ -16,7 +16,9 @@ export interface Permissions {
   require(principal: Principal, relation: string, object: string): Promise<void>
   /**
    * `check`, and a read from `db` (the object's row, a page of what the check guards): in one round
-   * trip with the embedded evaluator.
+   * trip with the embedded evaluator. With `ifFound`, a read that finds nothing is not asked about
+   * (`allowed` false) where the question would cost a call of its own: a missing object is a 404,
+   * also while an authorization server is down. A page needs its answer even when empty.
    */
   checkWithRead<Row extends object>(
     principal: Principal,
@@ -24,6 +26,7 @@ export interface Permissions {
     object: string,
     db: Kysely<Database>,
     read: RowsQuery<Row>,
+    options?: { ifFound?: boolean },
   ): Promise<{ allowed: boolean; rows: Row[] }>
 }
 
@@ -77,11 +80,13 @@ export function createPermissions(
     object: string,
     db: Kysely<Database>,
     read: RowsQuery<Row>,
+    options: { ifFound?: boolean } = {},
   ): Promise<{ allowed: boolean; rows: Row[] }> {
     const subject = subjectOf(principal)
     const combined = port.checkWithRead?.bind(port)
     if (!subject || !combined) {
       const rows = await read.execute()
+      if (options.ifFound && rows.length === 0) return { allowed: false, rows }
       return { allowed: await check(principal, relation, object), rows }
     }
     const answer = await answered(() => combined({ user: subject, relation, object }, db, read))

@@ -147,7 +147,16 @@ export class PurchaseRequests {
     const {
       rows: [row],
       allowed,
-    } = await permissions.checkWithRead(principal, 'can_view', objectOf(id), db, purchaseRequestQuery(db, id))
+    } = await permissions.checkWithRead(
+      principal,
+      'can_view',
+      objectOf(id),
+      db,
+      purchaseRequestQuery(db, id),
+      {
+        ifFound: true,
+      },
+    )
     if (!row) throw new AppError('NOT_FOUND', 'No such purchase request')
     if (!allowed) throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
     return row
