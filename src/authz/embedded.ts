@@ -534,13 +534,18 @@ export class EmbeddedAuthorization implements AuthorizationPort {
 
   check(request: CheckRequest): Promise<boolean> {
     return this.#answer(async () => {
-      const object = parseTarget(request.object)
-      const relation = parseName(request.relation, 'relation')
-      requireRelation(this.#model, object.type, relation)
-      const user = modelSubject(this.#model, request.user)
       const loader = new TupleLoader((lookups) => findTuplesForLookups(this.#db, lookups))
-      return new Resolution(this.#model, loader, user).check(object, relation)
+      return this.#resolve(request, loader)
     })
+  }
+
+  /** The request checked against the model, then resolved with `loader`'s lookups. */
+  #resolve(request: CheckRequest, loader: TupleLoader): Promise<boolean> {
+    const object = parseTarget(request.object)
+    const relation = parseName(request.relation, 'relation')
+    requireRelation(this.#model, object.type, relation)
+    const user = modelSubject(this.#model, request.user)
+    return new Resolution(this.#model, loader, user).check(object, relation)
   }
 
   /**
@@ -561,10 +566,6 @@ export class EmbeddedAuthorization implements AuthorizationPort {
       })
     }
     return this.#answer(async () => {
-      const object = parseTarget(request.object)
-      const relation = parseName(request.relation, 'relation')
-      requireRelation(this.#model, object.type, relation)
-      const user = modelSubject(this.#model, request.user)
       let combined: Promise<{ rows: Row[]; lookupRows: LookupRow[] }> | undefined
       const loader = new TupleLoader((lookups) => {
         if (combined) return findTuplesForLookups(this.#db, lookups)
@@ -573,7 +574,7 @@ export class EmbeddedAuthorization implements AuthorizationPort {
       })
       let allowed: boolean
       try {
-        allowed = await new Resolution(this.#model, loader, user).check(object, relation)
+        allowed = await this.#resolve(request, loader)
       } catch (error) {
         combined?.catch(() => undefined)
         throw error
