@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto'
+import { availableParallelism } from 'node:os'
 import { hash, verify } from '@node-rs/argon2'
+import pLimit, { type LimitFunction } from 'p-limit'
 
 // `Algorithm.Argon2id` of @node-rs/argon2, a const enum that type stripping cannot inline.
 const ARGON2ID = 2
@@ -11,19 +13,42 @@ export interface HashParameters {
   parallelism: number
 }
 
+export interface HasherOptions {
+  /**
+   * How many hashes and verifications run at once; the others wait their turn in order. Default:
+   * the cores available to the process (os.availableParallelism, which counts a container's CPU
+   * quota): more at once would not finish sooner, but each holds its memory cost (19 MiB by
+   * default) and a thread of libuv's pool, which file and DNS work share.
+   */
+  concurrency?: number
+  /** The argon2 functions to call (@node-rs/argon2's); a test passes them wrapped to observe them. */
+  argon2?: { hash: typeof hash; verify: typeof verify }
+}
+
 /** argon2id hashing with the configured cost, and the same work for accounts that do not exist. */
 export class PasswordHasher {
   readonly #parameters: HashParameters
   readonly #dummyHash: string
+  readonly #limit: LimitFunction
+  readonly #argon2: { hash: typeof hash; verify: typeof verify }
 
-  private constructor(parameters: HashParameters, dummyHash: string) {
+  private constructor(
+    parameters: HashParameters,
+    dummyHash: string,
+    limit: LimitFunction,
+    argon2: { hash: typeof hash; verify: typeof verify },
+  ) {
     this.#parameters = parameters
     this.#dummyHash = dummyHash
+    this.#limit = limit
+    this.#argon2 = argon2
   }
 
-  static async create(parameters: HashParameters): Promise<PasswordHasher> {
-    const dummy = await hash(randomBytes(32).toString('base64'), PasswordHasher.#options(parameters))
-    return new PasswordHasher(parameters, dummy)
+  static async create(parameters: HashParameters, options: HasherOptions = {}): Promise<PasswordHasher> {
+    const argon2 = options.argon2 ?? { hash, verify }
+    const dummy = await argon2.hash(randomBytes(32).toString('base64'), PasswordHasher.#options(parameters))
+    const limit = pLimit(options.concurrency ?? availableParallelism())
+    return new PasswordHasher(parameters, dummy, limit, argon2)
   }
 
   static #options(p: HashParameters) {
@@ -40,13 +65,15 @@ export class PasswordHasher {
    * keyboard or system (composed or decomposed accents, full-width forms) matches (NIST 800-63B).
    */
   hash(password: string): Promise<string> {
-    return hash(password.normalize('NFKC'), PasswordHasher.#options(this.#parameters))
+    const normalized = password.normalize('NFKC')
+    return this.#limit(() => this.#argon2.hash(normalized, PasswordHasher.#options(this.#parameters)))
   }
 
   /** Verifies against a stored hash; a malformed or unusable hash simply does not match. */
   async verify(storedHash: string, password: string): Promise<boolean> {
     try {
-      return await verify(storedHash, password.normalize('NFKC'))
+      const normalized = password.normalize('NFKC')
+      return await this.#limit(() => this.#argon2.verify(storedHash, normalized))
     } catch {
       return false
     }
