@@ -218,7 +218,8 @@ async function main() {
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'info',
     // The V8 flags `npm start` gives the service (BENCH_NODE_OPTIONS replaces them), and with
-    // BENCH_PROFILE=<dir> a V8 CPU profile of every process of the service, written there on exit.
+    // BENCH_PROFILE=<dir> a V8 CPU profile of every process of the service (and of the floors'
+    // server), written there on exit.
     NODE_OPTIONS: [
       process.env.BENCH_NODE_OPTIONS ?? START_NODE_FLAGS.join(' '),
       process.env.BENCH_PROFILE ? `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` : '',
@@ -283,6 +284,11 @@ async function main() {
     userId,
   )
   const bare = await start('test/bench/bare-server.ts', {
+    // With BENCH_PROFILE, the floors' server is profiled too (its file is the one whose
+    // functions come from test/bench/bare-server.ts), for a side-by-side look at a row and its floor.
+    ...(process.env.BENCH_PROFILE
+      ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
+      : {}),
     FLOOR_JWT_SECRET: appEnv.PLATFORM_AUTH_JWT_SECRET as string,
     ...(serverUrl ? { FLOOR_DATABASE_URL: databaseUrl(serverUrl, benchDb) } : {}),
   })
