@@ -69,14 +69,22 @@ export class PasswordHasher {
     return this.#limit(() => this.#argon2.hash(normalized, PasswordHasher.#options(this.#parameters)))
   }
 
-  /** Verifies against a stored hash; a malformed or unusable hash simply does not match. */
+  /**
+   * Verifies against a stored hash. An unusable hash (an invited account without a password yet)
+   * or a malformed one does not match, after a verification of the dummy hash: the same work, and
+   * so the same time, as a wrong password, which would otherwise tell such an account apart.
+   */
   async verify(storedHash: string, password: string): Promise<boolean> {
-    try {
-      const normalized = password.normalize('NFKC')
-      return await this.#limit(() => this.#argon2.verify(storedHash, normalized))
-    } catch {
-      return false
+    const normalized = password.normalize('NFKC')
+    if (!PasswordHasher.isUnusable(storedHash)) {
+      try {
+        return await this.#limit(() => this.#argon2.verify(storedHash, normalized))
+      } catch {
+        // A hash argon2 cannot read: answered below, with the dummy's work.
+      }
     }
+    await this.#limit(() => this.#argon2.verify(this.#dummyHash, normalized)).catch(() => false)
+    return false
   }
 
   /** Spends the same effort as a real verification, for unknown accounts (no timing oracle). */

@@ -14,6 +14,8 @@ const CHEAP = { memoryKib: 1024, iterations: 1, parallelism: 1 }
 function observed() {
   let inFlight = 0
   let most = 0
+  /** The stored hashes argon2 really verified against (a parse failure does no work). */
+  const verifiedAgainst: string[] = []
   const track = async <T>(work: () => Promise<T>): Promise<T> => {
     inFlight += 1
     most = Math.max(most, inFlight)
@@ -26,13 +28,19 @@ function observed() {
   return {
     argon2: {
       hash: ((...args: Parameters<typeof hash>) => track(() => hash(...args))) as typeof hash,
-      verify: ((...args: Parameters<typeof verify>) => track(() => verify(...args))) as typeof verify,
+      verify: ((...args: Parameters<typeof verify>) =>
+        track(async () => {
+          const answer = await verify(...args)
+          verifiedAgainst.push(String(args[0]))
+          return answer
+        })) as typeof verify,
     },
     most: () => most,
+    verifiedAgainst,
   }
 }
 
-describe('password hashing concurrency', () => {
+describe('password hashing: concurrency and equal work', () => {
   it('runs at most `concurrency` verifications at once and answers every one', async () => {
     const probe = observed()
     const hasher = await PasswordHasher.create(CHEAP, { concurrency: 2, argon2: probe.argon2 })
@@ -64,5 +72,20 @@ describe('password hashing concurrency', () => {
     const cores = availableParallelism()
     await Promise.all(Array.from({ length: cores * 3 }, () => hasher.verify(stored, 'the right passphrase')))
     expect(probe.most()).toBe(cores)
+  })
+
+  it('spends a real verification on an unusable or malformed hash, as on a wrong password', async () => {
+    // An invited account has no usable password yet: answering it faster than a wrong password
+    // would tell such an account apart from the others.
+    const probe = observed()
+    const hasher = await PasswordHasher.create(CHEAP, { argon2: probe.argon2 })
+    const stored = await hasher.hash('the right passphrase')
+    probe.verifiedAgainst.length = 0
+    expect(await hasher.verify(PasswordHasher.unusableHash(), 'the right passphrase')).toBe(false)
+    expect(await hasher.verify('$argon2id$not-a-hash', 'the right passphrase')).toBe(false)
+    expect(await hasher.verify(stored, 'a wrong passphrase')).toBe(false)
+    expect(probe.verifiedAgainst).toHaveLength(3)
+    for (const against of probe.verifiedAgainst)
+      expect(against).toMatch(/^\$argon2id\$v=19\$m=1024,t=1,p=1\$/)
   })
 })
