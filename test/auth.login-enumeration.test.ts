@@ -73,3 +73,24 @@ describe('login of unknown and known accounts', () => {
     expect(inactive.statements).toEqual(wrong.statements)
   })
 })
+
+describe('statements of a successful login', () => {
+  it('writes the session and its first refresh token in one statement, the token expiring no later than the session', async () => {
+    const user = await newUser(t.app)
+    const ok = await statementsOf(user.email, PASSWORD)
+    expect(ok.status).toBe(200)
+    const writes = ok.statements.filter((s) => /insert into "(sessions|refresh_tokens)"/.test(s))
+    expect(writes).toHaveLength(1)
+    expect(writes[0]).toMatch(/insert into "sessions"[\s\S]*insert into "refresh_tokens"/)
+    const session = await t.app.db
+      .selectFrom('sessions')
+      .innerJoin('refresh_tokens', 'refresh_tokens.session_id', 'sessions.id')
+      .select(['sessions.expires_at', 'refresh_tokens.expires_at as refresh_expires_at'])
+      .where('sessions.user_id', '=', user.id)
+      .execute()
+    expect(session).toHaveLength(1)
+    expect(session[0]?.refresh_expires_at.getTime()).toBeLessThanOrEqual(
+      session[0]?.expires_at.getTime() ?? 0,
+    )
+  })
+})

@@ -4,8 +4,12 @@ import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../db/schema
 export type SessionRow = Selectable<SessionTable>
 export type RefreshTokenRow = Selectable<RefreshTokenTable>
 
-export function insertSession(
-  db: Tx,
+/**
+ * A new session and its first refresh token, in one statement (a data-modifying CTE): both exist
+ * or neither does, with one round trip instead of BEGIN, two inserts and COMMIT.
+ */
+export async function insertSessionWithRefreshToken(
+  db: Executor,
   values: {
     userId: string
     organizationId: string
@@ -13,36 +17,43 @@ export function insertSession(
     expiresAt: Date
     userAgent: string | null
     ipAddress: string | null
+    tokenHash: string
+    refreshExpiresAt: Date
   },
 ): Promise<SessionRow> {
   return db
-    .insertInto('sessions')
-    .values({
-      user_id: values.userId,
-      organization_id: values.organizationId,
-      created_at: values.now,
-      last_used_at: values.now,
-      expires_at: values.expiresAt,
-      user_agent: values.userAgent,
-      ip_address: values.ipAddress,
-    })
-    .returningAll()
+    .with('session', (w) =>
+      w
+        .insertInto('sessions')
+        .values({
+          user_id: values.userId,
+          organization_id: values.organizationId,
+          created_at: values.now,
+          last_used_at: values.now,
+          expires_at: values.expiresAt,
+          user_agent: values.userAgent,
+          ip_address: values.ipAddress,
+        })
+        .returningAll(),
+    )
+    .with('token', (w) =>
+      w
+        .insertInto('refresh_tokens')
+        .columns(['session_id', 'token_hash', 'created_at', 'expires_at'])
+        .expression((eb) =>
+          eb
+            .selectFrom('session')
+            .select([
+              'session.id',
+              sql.val(values.tokenHash).as('token_hash'),
+              sql.val(values.now).as('created_at'),
+              sql.val(values.refreshExpiresAt).as('expires_at'),
+            ]),
+        ),
+    )
+    .selectFrom('session')
+    .selectAll()
     .executeTakeFirstOrThrow()
-}
-
-export async function insertRefreshToken(
-  db: Tx,
-  values: { sessionId: string; tokenHash: string; now: Date; expiresAt: Date },
-): Promise<void> {
-  await db
-    .insertInto('refresh_tokens')
-    .values({
-      session_id: values.sessionId,
-      token_hash: values.tokenHash,
-      created_at: values.now,
-      expires_at: values.expiresAt,
-    })
-    .execute()
 }
 
 /**

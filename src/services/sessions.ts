@@ -8,8 +8,7 @@ import type { EventBus } from '../events.ts'
 import {
   findRefreshToken,
   findSession,
-  insertRefreshToken,
-  insertSession,
+  insertSessionWithRefreshToken,
   listActiveSessions,
   revokeSessions,
   rotateRefreshToken,
@@ -87,22 +86,16 @@ export class SessionService {
     const { db, clock, config } = this.#deps
     const now = clock.now()
     const refresh = newOpaqueToken()
-    const session = await inTransaction(db, async (trx) => {
-      const created = await insertSession(trx, {
-        userId: user.userId,
-        organizationId: user.organizationId,
-        now,
-        expiresAt: addSeconds(now, config.auth.session.absoluteTtl),
-        userAgent: client.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
-        ipAddress: client.ipAddress,
-      })
-      await insertRefreshToken(trx, {
-        sessionId: created.id,
-        tokenHash: refresh.hash,
-        now,
-        expiresAt: this.#refreshExpiry(now, created.expires_at),
-      })
-      return created
+    const expiresAt = addSeconds(now, config.auth.session.absoluteTtl)
+    const session = await insertSessionWithRefreshToken(db, {
+      userId: user.userId,
+      organizationId: user.organizationId,
+      now,
+      expiresAt,
+      userAgent: client.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
+      ipAddress: client.ipAddress,
+      tokenHash: refresh.hash,
+      refreshExpiresAt: this.#refreshExpiry(now, expiresAt),
     })
     return this.#issued(session, refresh.raw, this.#refreshExpiry(now, session.expires_at))
   }
