@@ -2,8 +2,12 @@
 // - /bare: a bare Fastify route, no plugins, logging off;
 // - /floor/jwt (floor A): @fastify/cookie and a cached fast-jwt HS256 verify of the access cookie;
 // - /floor/pk (floor B): floor A plus one primary-key read of the token's session through Kysely
-//   and pg, against the same PostgreSQL as the service (FLOOR_DATABASE_URL).
+//   and pg, against the same PostgreSQL as the service (FLOOR_DATABASE_URL);
+// - /floor/argon2 (floor C): one argon2id verification at the service's default cost (19 MiB, 2
+//   iterations, 1 lane) of a hash made at start, straight through @node-rs/argon2: the rate this
+//   machine verifies passwords at, which bounds the service's logins.
 import cookie from '@fastify/cookie'
+import { hash as argon2Hash, verify as argon2Verify } from '@node-rs/argon2'
 import { createVerifier } from 'fast-jwt'
 import Fastify from 'fastify'
 import { Kysely, PostgresDialect, sql } from 'kysely'
@@ -20,6 +24,15 @@ const db = url
       dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 10 }) }),
     })
   : undefined
+
+const ARGON2_PASSWORD = 'bench-password-0123456789'
+// The service's defaults (src/config.ts: platform.auth.password.*); 2 is argon2id.
+const argon2Stored = await argon2Hash(ARGON2_PASSWORD, {
+  algorithm: 2,
+  memoryCost: 19456,
+  timeCost: 2,
+  parallelism: 1,
+})
 
 const app = Fastify({ logger: false })
 await app.register(cookie)
@@ -45,6 +58,7 @@ app.get('/floor/pk', async (request, reply) => {
     select id, user_id from sessions where id = ${claims.sid}`.execute(db)
   return rows[0] ?? reply.code(404).send({ code: 'NOT_FOUND' })
 })
+app.post('/floor/argon2', async () => ({ match: await argon2Verify(argon2Stored, ARGON2_PASSWORD) }))
 await app.listen({ host: '127.0.0.1', port: Number(process.env.PLATFORM_SERVER_PORT) })
 process.once(
   'SIGTERM',
