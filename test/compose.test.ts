@@ -3,7 +3,7 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { parse } from 'yaml'
 import { configFromEnv, configProperties, envName } from '../src/config.ts'
-import { ROOT } from './helpers/process.ts'
+import { ROOT, runNode, START_NODE_FLAGS } from './helpers/process.ts'
 
 // compose.yaml cannot run here (no Docker engine), so it is checked statically: it parses, every
 // service the app depends on exists, and every PLATFORM_* variable it sets is a real property.
@@ -33,5 +33,25 @@ describe('compose.yaml', () => {
     ]) {
       expect(Object.keys(env)).toContain(required)
     }
+  })
+
+  it("runs the service with npm start's node flags, which this Node accepts", async () => {
+    const compose = parse(await readFile(path.join(ROOT, 'compose.yaml'), 'utf8')) as {
+      services: Record<string, { build?: { dockerfile_inline?: string } }>
+    }
+    const cmd = /^CMD (\[.*\])$/m.exec(compose.services.app?.build?.dockerfile_inline ?? '')?.[1]
+    expect(cmd).toBeDefined()
+    expect(JSON.parse(cmd as string)).toEqual(['node', ...START_NODE_FLAGS, 'src/server.ts'])
+    expect(START_NODE_FLAGS).toContain('--heap-growing-percent=100')
+    // A V8 flag a Node release no longer knows stops it at start: this one must take them.
+    const probe = await runNode(
+      '-e',
+      ['process.stdout.write(JSON.stringify(process.execArgv))'],
+      {},
+      undefined,
+      [...START_NODE_FLAGS],
+    ).done
+    expect(probe.code, probe.stderr).toBe(0)
+    expect(JSON.parse(probe.stdout)).toEqual(expect.arrayContaining(START_NODE_FLAGS))
   })
 })

@@ -18,6 +18,10 @@ import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
 
 const duration = Number(process.env.BENCH_DURATION ?? 5)
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
+/** The node flags `npm start` gives the service; BENCH_NODE_OPTIONS (space-separated) replaces them. */
+const SERVICE_NODE_FLAGS = process.env.BENCH_NODE_OPTIONS
+  ? process.env.BENCH_NODE_OPTIONS.split(/\s+/).filter(Boolean)
+  : START_NODE_FLAGS
 
 async function rssKb(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')
@@ -25,9 +29,9 @@ async function rssKb(pid: number): Promise<number> {
 }
 
 /** Starts a server on a free port and waits (bounded) until it answers, whatever its log level. */
-async function start(script: string, env: Record<string, string>) {
+async function start(script: string, env: Record<string, string>, nodeFlags: string[] = []) {
   const port = await freePort()
-  const server = runNode(script, [], { ...env, PLATFORM_SERVER_PORT: String(port) })
+  const server = runNode(script, [], { ...env, PLATFORM_SERVER_PORT: String(port) }, undefined, nodeFlags)
   // The servers' logs are drained and dropped, not collected, so the runner stays light.
   server.child.stdout?.removeAllListeners('data').resume()
   const url = `http://127.0.0.1:${port}`
@@ -217,13 +221,11 @@ async function main() {
     PLATFORM_SERVER_HOST: '127.0.0.1',
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'info',
-    // The V8 flags `npm start` gives the service (BENCH_NODE_OPTIONS replaces them), and with
-    // BENCH_PROFILE=<dir> a V8 CPU profile of every process of the service (and of the floors'
-    // server), written there on exit.
-    NODE_OPTIONS: [
-      process.env.BENCH_NODE_OPTIONS ?? START_NODE_FLAGS.join(' '),
-      process.env.BENCH_PROFILE ? `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` : '',
-    ].join(' '),
+    // With BENCH_PROFILE=<dir>, a V8 CPU profile of every process of the service (and of the
+    // floors' server), written there on exit. (The service's own V8 flags: SERVICE_NODE_FLAGS.)
+    ...(process.env.BENCH_PROFILE
+      ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
+      : {}),
     // The limits would otherwise stop the login and refresh scenarios after a few requests.
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
@@ -292,7 +294,7 @@ async function main() {
     FLOOR_JWT_SECRET: appEnv.PLATFORM_AUTH_JWT_SECRET as string,
     ...(serverUrl ? { FLOOR_DATABASE_URL: databaseUrl(serverUrl, benchDb) } : {}),
   })
-  const app = await start('test/bench/bench-server.ts', appEnv)
+  const app = await start('test/bench/bench-server.ts', appEnv, SERVICE_NODE_FLAGS)
   const seed: Seed = {
     appUrl: app.url,
     apiKey: rawKey,
