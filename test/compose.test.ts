@@ -49,7 +49,7 @@ describe('compose.yaml', () => {
       ['process.stdout.write(JSON.stringify(process.execArgv))'],
       {},
       undefined,
-      [...START_NODE_FLAGS],
+      START_NODE_FLAGS,
     ).done
     expect(probe.code, probe.stderr).toBe(0)
     expect(JSON.parse(probe.stdout)).toEqual(expect.arrayContaining(START_NODE_FLAGS))

@@ -21,7 +21,7 @@ import { NewDeviceNotice } from './new-device-notice.ts'
 import { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './organization-config.ts'
 import { OtpService } from './otp.ts'
 import { type PasswordResetHandler, PasswordResets } from './password-reset.ts'
-import { PasswordHasher } from './passwords.ts'
+import { hashParameters, PasswordHasher } from './passwords.ts'
 import { approvalSubjectResolver } from './purchase-request-approval.ts'
 import { ATTACHMENT_CONTENT_TYPES, PurchaseRequests } from './purchase-requests.ts'
 import { SecretBox } from './secret-box.ts'
@@ -90,11 +90,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   const { password } = config.auth
 
   // Authentication.
-  const passwords = await PasswordHasher.create({
-    memoryKib: password.hashMemoryKib,
-    iterations: password.hashIterations,
-    parallelism: password.hashParallelism,
-  })
+  const passwords = await PasswordHasher.create(hashParameters(password))
   const tokens = new AccessTokens(config, clock)
   const events = extensions.events ?? new EventBus()
   events.useLogger(log)

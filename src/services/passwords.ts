@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { availableParallelism } from 'node:os'
 import { hash, verify } from '@node-rs/argon2'
 import pLimit, { type LimitFunction } from 'p-limit'
+import type { Config } from '../config.ts'
 
 // `Algorithm.Argon2id` of @node-rs/argon2, a const enum that type stripping cannot inline.
 const ARGON2ID = 2
@@ -13,6 +14,23 @@ export interface HashParameters {
   parallelism: number
 }
 
+/** The configured argon2id cost (`platform.auth.password.*`). */
+export function hashParameters(password: Config['auth']['password']): HashParameters {
+  return {
+    memoryKib: password.hashMemoryKib,
+    iterations: password.hashIterations,
+    parallelism: password.hashParallelism,
+  }
+}
+
+/** @node-rs/argon2's options for argon2id at this cost. */
+export function argon2idOptions(p: HashParameters) {
+  return { algorithm: ARGON2ID, memoryCost: p.memoryKib, timeCost: p.iterations, parallelism: p.parallelism }
+}
+
+/** The argon2 functions a hasher calls. */
+type Argon2 = { hash: typeof hash; verify: typeof verify }
+
 export interface HasherOptions {
   /**
    * How many hashes and verifications run at once; the others wait their turn in order. Default:
@@ -22,7 +40,7 @@ export interface HasherOptions {
    */
   concurrency?: number
   /** The argon2 functions to call (@node-rs/argon2's); a test passes them wrapped to observe them. */
-  argon2?: { hash: typeof hash; verify: typeof verify }
+  argon2?: Argon2
 }
 
 /** argon2id hashing with the configured cost, and the same work for accounts that do not exist. */
@@ -30,14 +48,9 @@ export class PasswordHasher {
   readonly #parameters: HashParameters
   readonly #dummyHash: string
   readonly #limit: LimitFunction
-  readonly #argon2: { hash: typeof hash; verify: typeof verify }
+  readonly #argon2: Argon2
 
-  private constructor(
-    parameters: HashParameters,
-    dummyHash: string,
-    limit: LimitFunction,
-    argon2: { hash: typeof hash; verify: typeof verify },
-  ) {
+  private constructor(parameters: HashParameters, dummyHash: string, limit: LimitFunction, argon2: Argon2) {
     this.#parameters = parameters
     this.#dummyHash = dummyHash
     this.#limit = limit
@@ -46,18 +59,9 @@ export class PasswordHasher {
 
   static async create(parameters: HashParameters, options: HasherOptions = {}): Promise<PasswordHasher> {
     const argon2 = options.argon2 ?? { hash, verify }
-    const dummy = await argon2.hash(randomBytes(32).toString('base64'), PasswordHasher.#options(parameters))
+    const dummy = await argon2.hash(randomBytes(32).toString('base64'), argon2idOptions(parameters))
     const limit = pLimit(options.concurrency ?? availableParallelism())
     return new PasswordHasher(parameters, dummy, limit, argon2)
-  }
-
-  static #options(p: HashParameters) {
-    return {
-      algorithm: ARGON2ID,
-      memoryCost: p.memoryKib,
-      timeCost: p.iterations,
-      parallelism: p.parallelism,
-    }
   }
 
   /**
@@ -66,7 +70,7 @@ export class PasswordHasher {
    */
   hash(password: string): Promise<string> {
     const normalized = password.normalize('NFKC')
-    return this.#limit(() => this.#argon2.hash(normalized, PasswordHasher.#options(this.#parameters)))
+    return this.#limit(() => this.#argon2.hash(normalized, argon2idOptions(this.#parameters)))
   }
 
   /**

@@ -3,15 +3,17 @@
 // - /floor/jwt (floor A): @fastify/cookie and a cached fast-jwt HS256 verify of the access cookie;
 // - /floor/pk (floor B): floor A plus one primary-key read of the token's session through Kysely
 //   and pg, against the same PostgreSQL as the service (FLOOR_DATABASE_URL);
-// - /floor/argon2 (floor C): one argon2id verification at the service's default cost (19 MiB, 2
-//   iterations, 1 lane) of a hash made at start, straight through @node-rs/argon2: the rate this
-//   machine verifies passwords at, which bounds the service's logins.
+// - /floor/argon2 (floor C): one argon2id verification at the service's default cost (its
+//   configuration's defaults) of a hash made at start, straight through @node-rs/argon2 with no
+//   queue: the rate this machine verifies passwords at, which bounds the service's logins.
 import cookie from '@fastify/cookie'
 import { hash as argon2Hash, verify as argon2Verify } from '@node-rs/argon2'
 import { createVerifier } from 'fast-jwt'
 import Fastify from 'fastify'
 import { Kysely, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
+import { loadConfig } from '../../src/config.ts'
+import { argon2idOptions, hashParameters } from '../../src/services/passwords.ts'
 
 const verify = createVerifier({
   key: Buffer.from(process.env.FLOOR_JWT_SECRET ?? '', 'base64'),
@@ -26,13 +28,10 @@ const db = url
   : undefined
 
 const ARGON2_PASSWORD = 'bench-password-0123456789'
-// The service's defaults (src/config.ts: platform.auth.password.*); 2 is argon2id.
-const argon2Stored = await argon2Hash(ARGON2_PASSWORD, {
-  algorithm: 2,
-  memoryCost: 19456,
-  timeCost: 2,
-  parallelism: 1,
-})
+const serviceCost = hashParameters(
+  loadConfig({ 'platform.auth.jwt.secret': process.env.FLOOR_JWT_SECRET ?? '' }).auth.password,
+)
+const argon2Stored = await argon2Hash(ARGON2_PASSWORD, argon2idOptions(serviceCost))
 
 const app = Fastify({ logger: false })
 await app.register(cookie)

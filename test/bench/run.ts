@@ -22,6 +22,13 @@ const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
 const SERVICE_NODE_FLAGS = process.env.BENCH_NODE_OPTIONS
   ? process.env.BENCH_NODE_OPTIONS.split(/\s+/).filter(Boolean)
   : START_NODE_FLAGS
+/**
+ * With BENCH_PROFILE=<dir>, a V8 CPU profile of every process of the service and of the floors'
+ * server (for a side-by-side look at a row and its floor), written there on exit.
+ */
+const PROFILED: Record<string, string> = process.env.BENCH_PROFILE
+  ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
+  : {}
 
 async function rssKb(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')
@@ -221,11 +228,7 @@ async function main() {
     PLATFORM_SERVER_HOST: '127.0.0.1',
     PLATFORM_DATA_DIR: dataDir,
     LOG_LEVEL: process.env.BENCH_LOG_LEVEL ?? 'info',
-    // With BENCH_PROFILE=<dir>, a V8 CPU profile of every process of the service (and of the
-    // floors' server), written there on exit. (The service's own V8 flags: SERVICE_NODE_FLAGS.)
-    ...(process.env.BENCH_PROFILE
-      ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
-      : {}),
+    ...PROFILED,
     // The limits would otherwise stop the login and refresh scenarios after a few requests.
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
@@ -286,11 +289,7 @@ async function main() {
     userId,
   )
   const bare = await start('test/bench/bare-server.ts', {
-    // With BENCH_PROFILE, the floors' server is profiled too (its file is the one whose
-    // functions come from test/bench/bare-server.ts), for a side-by-side look at a row and its floor.
-    ...(process.env.BENCH_PROFILE
-      ? { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${process.env.BENCH_PROFILE}` }
-      : {}),
+    ...PROFILED,
     FLOOR_JWT_SECRET: appEnv.PLATFORM_AUTH_JWT_SECRET as string,
     ...(serverUrl ? { FLOOR_DATABASE_URL: databaseUrl(serverUrl, benchDb) } : {}),
   })
