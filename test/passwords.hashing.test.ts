@@ -75,8 +75,8 @@ describe('password hashing: concurrency and equal work', () => {
   })
 
   it('spends a real verification on an unusable or malformed hash, as on a wrong password', async () => {
-    // An invited account has no usable password yet: answering it faster than a wrong password
-    // would tell such an account apart from the others.
+    // Answering a hash no password matches faster than a wrong password would tell such an account
+    // apart, should an active account ever hold one (invitees hold one while inactive).
     const probe = observed()
     const hasher = await PasswordHasher.create(CHEAP, { argon2: probe.argon2 })
     const stored = await hasher.hash('the right passphrase')

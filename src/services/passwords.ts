@@ -74,9 +74,9 @@ export class PasswordHasher {
   }
 
   /**
-   * Verifies against a stored hash. An unusable hash (an invited account without a password yet)
-   * or a malformed one does not match, after a verification of the dummy hash: the same work, and
-   * so the same time, as a wrong password, which would otherwise tell such an account apart.
+   * Verifies against a stored hash. An unusable hash (an invitee's, who is inactive until it sets a
+   * password) or a malformed one does not match, after a verification of the dummy hash: the same
+   * work, and so the same time, as a wrong password, whatever account holds it.
    */
   async verify(storedHash: string, password: string): Promise<boolean> {
     const normalized = password.normalize('NFKC')
