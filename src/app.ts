@@ -7,39 +7,38 @@ import cors from '@fastify/cors'
 import Fastify, { type FastifyInstance, LogController } from 'fastify'
 import helmet from 'helmet'
 import pino from 'pino'
-import authPlugin from '../plugins/auth.ts'
-import authzPlugin from '../plugins/authz.ts'
-import backgroundPlugin from '../plugins/background.ts'
-import configPlugin from '../plugins/config.ts'
-import dbPlugin from '../plugins/db.ts'
-import docsPlugin from '../plugins/docs.ts'
-import errorsPlugin, { clientError, frameworkError } from '../plugins/errors.ts'
-import healthPlugin from '../plugins/health.ts'
-import housekeepingPlugin from '../plugins/housekeeping.ts'
-import idempotencyPlugin from '../plugins/idempotency.ts'
-import mailPlugin from '../plugins/mail.ts'
-import metricsPlugin from '../plugins/metrics.ts'
-import rateLimitsPlugin from '../plugins/rate-limits.ts'
-import servicesPlugin from '../plugins/services.ts'
-import storagePlugin from '../plugins/storage.ts'
-import tenantPlugin from '../plugins/tenant.ts'
-import accountRoutes from '../routes/auth/account.ts'
-import authRoutes from '../routes/auth/index.ts'
-import authzRoutes from '../routes/authz/index.ts'
-import filesRoutes from '../routes/files/index.ts'
-import organizationsRoutes from '../routes/organizations/index.ts'
-import purchaseRequestRoutes from '../routes/purchase-requests/index.ts'
-import usersRoutes from '../routes/users/index.ts'
+import authzPlugin from './authz/plugin.ts'
 import type { AuthorizationPort } from './authz/port.ts'
 import { type Clock, systemClock } from './clock.ts'
 import type { Config } from './config.ts'
 import type { DatabaseHandle } from './db/database.ts'
+import dbPlugin from './db/plugin.ts'
 import type { EventBus } from './events.ts'
+import type { PasswordResetHandler } from './features/accounts/index.ts'
+import accountsFeature from './features/accounts/index.ts'
+import filesFeature from './features/files/index.ts'
+import organizationsFeature from './features/organizations/index.ts'
+import permissionChecksFeature from './features/permission-checks/index.ts'
+import servicesPlugin from './features/plugin.ts'
+import purchaseRequestsFeature from './features/purchase-requests/index.ts'
+import { retentionRules } from './features/retention/index.ts'
+import type { CredentialAuthenticator, SessionVersionProvider } from './features/sessions/index.ts'
+import sessionsFeature from './features/sessions/index.ts'
+import housekeepingPlugin from './housekeeping/plugin.ts'
+import authPlugin from './http/auth.ts'
+import backgroundPlugin from './http/background.ts'
+import configPlugin from './http/config.ts'
+import docsPlugin from './http/docs.ts'
+import errorsPlugin, { clientError, frameworkError } from './http/errors.ts'
+import healthPlugin from './http/health.ts'
+import idempotencyPlugin from './http/idempotency.ts'
+import metricsPlugin from './http/metrics.ts'
+import rateLimitsPlugin from './http/rate-limits.ts'
+import tenantPlugin from './http/tenant.ts'
 import { loggerOptions } from './logger.ts'
+import mailPlugin from './mail/plugin.ts'
 import type { MailTransport } from './mail/transports.ts'
-import type { CredentialAuthenticator } from './services/authentication.ts'
-import type { PasswordResetHandler } from './services/password-reset.ts'
-import type { SessionVersionProvider } from './services/session-version.ts'
+import storagePlugin from './storage/plugin.ts'
 import type { ObjectStore } from './storage/port.ts'
 
 export interface AppDependencies {
@@ -192,7 +191,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
 
   // Third-party plugins.
   // Security headers on every response. The API answers JSON only, so its policy allows nothing to
-  // load and no page to frame it; Swagger UI sets its own policy for its pages (plugins/docs.ts).
+  // load and no page to frame it; Swagger UI sets its own policy for its pages (src/http/docs.ts).
   // HSTS only where cookies are Secure, i.e. the deployment is served over HTTPS.
   // Nothing in the policy depends on the request, so helmet runs once, at start-up, and every
   // response gets the headers it set (running its middleware chain per request cost ~12 µs).
@@ -255,8 +254,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(mailPlugin, { transport: deps.mailTransport, startWorker: deps.startMailWorker ?? true })
   await app.register(authzPlugin, { port: deps.authorization, startWorker: deps.startAuthzWorker ?? true })
   await app.register(storagePlugin, { store: deps.objectStore })
-  await app.register(housekeepingPlugin, { start: deps.startHousekeeping ?? true })
-  // Every domain service, built once (src/services/index.ts).
+  await app.register(housekeepingPlugin, { start: deps.startHousekeeping ?? true, rules: retentionRules })
+  // Every domain service, built once (src/features/compose.ts).
   await app.register(servicesPlugin, {
     events: deps.events,
     authenticator: deps.authenticator,
@@ -271,17 +270,16 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(idempotencyPlugin)
 
   // Routes.
-  await app.register(authRoutes)
-  await app.register(accountRoutes)
-  await app.register(usersRoutes)
-  await app.register(authzRoutes)
-  await app.register(organizationsRoutes)
-  await app.register(filesRoutes)
-  await app.register(purchaseRequestRoutes)
+  await app.register(sessionsFeature)
+  await app.register(accountsFeature)
+  await app.register(permissionChecksFeature)
+  await app.register(organizationsFeature)
+  await app.register(filesFeature)
+  await app.register(purchaseRequestsFeature)
   if (deps.console) {
     if (config.profile === 'production') throw new Error('the demo console is not served under production')
     // Loaded only when asked for: it bundles the console with esbuild, a development dependency.
-    const { default: consolePlugin } = await import('../plugins/console.ts')
+    const { default: consolePlugin } = await import('./http/console.ts')
     await app.register(consolePlugin)
   }
 

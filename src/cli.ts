@@ -8,10 +8,9 @@ import { type ConfigSource, configFromEnv, loadConfig } from './config.ts'
 import { migrateToLatest } from './db/migrator.ts'
 import { developmentSecret } from './dev-secret.ts'
 import { AppError } from './errors.ts'
-import { listAccounts, unlockAccount } from './repositories/accounts.ts'
-import { listOrganizations } from './repositories/organizations.ts'
-import { listDeadLetters, outboxCounts } from './repositories/outbox-status.ts'
-import { createOrganization } from './services/organizations.ts'
+import { listAccounts, unlockAccount } from './features/accounts/index.ts'
+import { createOrganization, listOrganizations } from './features/organizations/index.ts'
+import { listDeadLetters, outboxCounts } from './outbox/status.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
 
 interface Command {

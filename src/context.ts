@@ -2,7 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks'
 import { AppError } from './errors.ts'
 
 // The only module that touches AsyncLocalStorage. Each request runs inside a tenant context
-// (entered by plugins/tenant.ts); domain code reads the organization from here, not from a
+// (entered by src/http/tenant.ts); domain code reads the organization from here, not from a
 // parameter. Detached work (timers, queues) does not inherit it: pass the organization explicitly
 // and enter it with `runWithTenant`.
 

@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto'
 import { readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
-import { findAccountByEmail } from './repositories/accounts.ts'
-import { createOrganization } from './services/organizations.ts'
+import { findAccountByEmail } from './features/accounts/index.ts'
+import { createOrganization } from './features/organizations/index.ts'
 
 export const DEMO_EMAIL = 'admin@demo.local'
 

@@ -1,7 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox'
 
 // The error catalogue: every code the API can answer with, its HTTP status and title.
-// Domain code throws `new AppError('CODE')`; one handler (plugins/errors.ts) renders problem+json.
+// Domain code throws `new AppError('CODE')`; one handler (src/http/errors.ts) renders problem+json.
 export const ErrorCatalogue = {
   BAD_REQUEST: { status: 400, title: 'Bad request' },
   VALIDATION_FAILED: { status: 400, title: 'Validation failed' },

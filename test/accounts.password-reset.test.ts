@@ -1,9 +1,9 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { beforeEach, describe, expect, it } from 'vitest'
 import { jwtSecrets } from '../src/config.ts'
+import type { PasswordResetHandler } from '../src/features/accounts/password-reset.ts'
 import { MailOutboxWorker, mailOutboxBox } from '../src/mail/outbox.ts'
 import { SmtpTransport } from '../src/mail/transports.ts'
-import type { PasswordResetHandler } from '../src/services/password-reset.ts'
 import {
   ACCOUNT_TEST_CONFIG,
   confirmPassword,

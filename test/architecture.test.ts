@@ -2,23 +2,16 @@ import { readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 
-// The import graph (issue 14): no cycle, and no arrow from a lower layer to a higher one. Layers,
-// lowest first: the foundation files of src/ (configuration, errors, clock, context, principal,
-// scopes, events); src/db and src/repositories; the domain (src/services, src/authz, src/mail,
-// src/storage); plugins/; routes/; the entry points (src/app.ts, server, dev, cli).
+// The import graph of src/: no cycle, and the rooms' rules (README, Map). Rooms:
+// - the foundation files at the top of src/ (configuration, errors, clock, context, principal, ...);
+// - the infrastructure rooms (db, authz, mail, storage, outbox, http, security, housekeeping), which
+//   never import a feature;
+// - one folder per feature under src/features/, whose files import the foundation, infrastructure,
+//   their own folder, and another feature only through its public file (`index.ts`);
+// - the composition root (the files directly in src/features/), which builds the features' services
+//   from their public files;
+// - the entry points (src/app.ts, server, dev, cli), which may import any room's public face.
 
-const ROOTS = ['src', 'plugins', 'routes']
-const FOUNDATION = [
-  'src/config.ts',
-  'src/errors.ts',
-  'src/clock.ts',
-  'src/context.ts',
-  'src/principal.ts',
-  'src/scopes.ts',
-  'src/events.ts',
-  'src/logger.ts',
-  'src/dev-secret.ts',
-]
 const ENTRY = [
   'src/app.ts',
   'src/server.ts',
@@ -27,15 +20,43 @@ const ENTRY = [
   'src/dev-seed.ts',
   'src/lifecycle.ts',
 ]
+const INFRASTRUCTURE = ['db', 'authz', 'mail', 'storage', 'outbox', 'http', 'security', 'housekeeping']
 
-function layer(file: string): number {
-  if (FOUNDATION.includes(file)) return 0
-  if (file.startsWith('src/db/') || file.startsWith('src/repositories/')) return 1
-  if (/^src\/(services|authz|mail|storage|outbox)\//.test(file)) return 2
-  if (file.startsWith('plugins/')) return 3
-  if (file.startsWith('routes/')) return 4
-  if (ENTRY.includes(file)) return 5
-  throw new Error(`${file} belongs to no layer: add it to test/architecture.test.ts`)
+type Room =
+  | { kind: 'foundation' | 'composition' | 'entry' }
+  | { kind: 'infrastructure' | 'feature'; name: string }
+
+function roomOf(file: string): Room {
+  if (ENTRY.includes(file)) return { kind: 'entry' }
+  const parts = file.split('/')
+  if (parts.length === 2) return { kind: 'foundation' }
+  if (parts[1] === 'features') {
+    if (parts.length === 3) return { kind: 'composition' }
+    return { kind: 'feature', name: parts[2] as string }
+  }
+  if (INFRASTRUCTURE.includes(parts[1] as string)) return { kind: 'infrastructure', name: parts[1] as string }
+  throw new Error(`${file} is in no room: add its folder to test/architecture.test.ts`)
+}
+
+const isPublicFile = (file: string) => /^src\/features\/[^/]+\/index\.ts$/.test(file)
+
+/** Why `file` may not import `target`, or null when it may. */
+function violation(file: string, target: string): string | null {
+  const from = roomOf(file)
+  const to = roomOf(target)
+  if (to.kind === 'entry') return from.kind === 'entry' ? null : 'only an entry point imports an entry point'
+  if (to.kind === 'composition')
+    return from.kind === 'entry' || from.kind === 'composition'
+      ? null
+      : 'only entry points build the services'
+  if (from.kind === 'foundation' && to.kind !== 'foundation')
+    return 'the foundation imports only the foundation'
+  if (from.kind === 'infrastructure' && to.kind === 'feature') return 'infrastructure never imports a feature'
+  if (to.kind === 'feature') {
+    if (from.kind === 'feature' && from.name === to.name) return null
+    return isPublicFile(target) ? null : `another room imports a feature only through its index.ts`
+  }
+  return null
 }
 
 function sources(dir: string): string[] {
@@ -49,12 +70,15 @@ function sources(dir: string): string[] {
 /** Each file's relative imports (type imports included: they are arrows all the same). */
 function graph(): Map<string, string[]> {
   const edges = new Map<string, string[]>()
-  for (const file of ROOTS.flatMap(sources)) {
+  for (const file of sources('src')) {
     const text = readFileSync(file, 'utf8')
     const targets = [
       ...text.matchAll(/^(?:import|export)\s[^'"]*?from\s+'(\.[^']+)'|import\('(\.[^']+)'\)/gm),
     ].map((match) => path.normalize(path.join(path.dirname(file), (match[1] ?? match[2]) as string)))
-    edges.set(file, targets)
+    edges.set(
+      file,
+      targets.filter((target) => target.startsWith('src/')),
+    )
   }
   return edges
 }
@@ -81,13 +105,31 @@ describe('the import graph', () => {
     expect(cycles).toEqual([])
   })
 
-  it('has no arrow from a lower layer to a higher one', () => {
-    const upward: string[] = []
+  it('keeps every import within the rules of its room', () => {
+    const broken: string[] = []
     for (const [file, targets] of edges) {
       for (const target of targets) {
-        if (edges.has(target) && layer(target) > layer(file)) upward.push(`${file} -> ${target}`)
+        const why = violation(file, target)
+        if (why) broken.push(`${file} -> ${target}: ${why}`)
       }
     }
-    expect(upward).toEqual([])
+    expect(broken).toEqual([])
+  })
+
+  it('puts every feature in a folder with a public index.ts', () => {
+    const features = readdirSync('src/features', { withFileTypes: true }).filter((entry) =>
+      entry.isDirectory(),
+    )
+    expect(features.length).toBeGreaterThan(0)
+    for (const feature of features)
+      expect(sources(`src/features/${feature.name}`)).toContain(`src/features/${feature.name}/index.ts`)
+  })
+
+  it('refuses the imports the rules forbid', () => {
+    expect(violation('src/http/auth.ts', 'src/features/sessions/service.ts')).toMatch(/infrastructure/)
+    expect(violation('src/features/files/service.ts', 'src/features/accounts/repository.ts')).toMatch(/index/)
+    expect(violation('src/features/files/service.ts', 'src/features/accounts/index.ts')).toBeNull()
+    expect(violation('src/config.ts', 'src/db/database.ts')).toMatch(/foundation/)
+    expect(violation('src/features/files/service.ts', 'src/features/compose.ts')).toMatch(/entry/)
   })
 })

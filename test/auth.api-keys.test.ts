@@ -3,7 +3,7 @@ import { Type } from '@sinclair/typebox'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
 import { describe, expect, it } from 'vitest'
 import { requireTenant } from '../src/context.ts'
-import { CREDENTIAL_CACHE_TTL_MS } from '../src/services/machine-principals.ts'
+import { CREDENTIAL_CACHE_TTL_MS } from '../src/features/machine-principals/service.ts'
 import { newOrganization, UUID, userAccessToken } from './helpers/accounts.ts'
 import { createTestApp, type TestApp, useTestApp } from './helpers/app.ts'
 import { queuedChangesOf } from './helpers/authz.ts'
@@ -11,7 +11,7 @@ import { filesReadRoute, newApiKey, protectedTestRoutes } from './helpers/machin
 
 // API keys (spec 2.6, 5.4): provisioning that keeps only a hash, the authorization tuples queued
 // with the key, the API_KEY principal and its organization, rejection without a distinct reason,
-// scopes, the one-principal rule (plugins/auth.ts), batched last use and revocation.
+// scopes, the one-principal rule (src/http/auth.ts), batched last use and revocation.
 
 // The protected test scope, and a tenant route whose JSON body makes the handler run from the body
 // parser's async context.

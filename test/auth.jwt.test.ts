@@ -1,8 +1,8 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { SessionVersionProvider } from '../src/services/session-version.ts'
-import { keyId } from '../src/services/tokens.ts'
+import type { SessionVersionProvider } from '../src/features/sessions/session-version.ts'
+import { keyId } from '../src/security/tokens.ts'
 import { cookie, newUser, PASSWORD } from './helpers/accounts.ts'
 import { buildAppBeside, configErrorOf, testConfig, useTestApp, useTestAppBeside } from './helpers/app.ts'
 

@@ -1,6 +1,6 @@
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { CredentialAuthenticator } from '../src/services/authentication.ts'
+import type { CredentialAuthenticator } from '../src/features/sessions/authentication.ts'
 import { cookie, newUser, PASSWORD, type TestUser, UUID } from './helpers/accounts.ts'
 import { buildAppBeside, createTestApp, useTestApp, useTestAppBeside } from './helpers/app.ts'
 

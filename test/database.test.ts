@@ -2,7 +2,7 @@ import { sql } from 'kysely'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { inTransaction, isDatabaseUnavailable, openPostgres } from '../src/db/database.ts'
-import { findOrganization, insertOrganization } from '../src/repositories/organizations.ts'
+import { findOrganization, insertOrganization } from '../src/features/organizations/repository.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/database.ts'
 
 let database: TestDatabase

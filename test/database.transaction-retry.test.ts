@@ -3,7 +3,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { inTransaction, TRANSACTION_ATTEMPTS } from '../src/db/database.ts'
 import type { Tx } from '../src/db/schema.ts'
 import { AppError } from '../src/errors.ts'
-import { insertOrganization } from '../src/repositories/organizations.ts'
+import { insertOrganization } from '../src/features/organizations/repository.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/database.ts'
 
 // A unit of work aborted by a serialization failure (SQLSTATE 40001) or a deadlock (40P01) is run

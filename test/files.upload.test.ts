@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { runWithTenant } from '../src/context.ts'
+import { stagingKey } from '../src/features/files/service.ts'
 import type { UserPrincipal } from '../src/principal.ts'
-import { stagingKey } from '../src/services/files.ts'
 import { sanitizeFileName } from '../src/storage/file-metadata.ts'
 import {
   asUser,

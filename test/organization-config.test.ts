@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { inTransaction } from '../src/db/database.ts'
+import { APPROVAL_EMAIL_SUBJECT_KEY } from '../src/features/purchase-requests/approval.ts'
 import type { MailTransport, OutgoingMail } from '../src/mail/transports.ts'
-import { APPROVAL_EMAIL_SUBJECT_KEY } from '../src/services/purchase-request-approval.ts'
 import {
   ACCOUNT_TEST_CONFIG,
   asUser,

@@ -1,7 +1,7 @@
 import { availableParallelism } from 'node:os'
 import { hash, verify } from '@node-rs/argon2'
 import { describe, expect, it } from 'vitest'
-import { PasswordHasher } from '../src/services/passwords.ts'
+import { PasswordHasher } from '../src/security/passwords.ts'
 
 // argon2id holds its memory cost (19 MiB by default) and a thread of libuv's pool for each hash or
 // verification in flight: the hasher runs as many at once as there are cores, and queues the rest

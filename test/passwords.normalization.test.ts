@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { PasswordHasher } from '../src/services/passwords.ts'
+import { PasswordHasher } from '../src/security/passwords.ts'
 import { FAST_LOGIN_CONFIG, login, newUser } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 

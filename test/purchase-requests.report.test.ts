@@ -7,7 +7,7 @@ import {
   type PurchaseRequestReportData,
   renderPurchaseRequestReport,
   TITLE_MAX_LINES,
-} from '../src/services/purchase-request-report.ts'
+} from '../src/features/purchase-requests/report.ts'
 import { type Actor, asUser, expectProblem, newActor } from './helpers/accounts.ts'
 import { confirm, downloadUrl, initiated, listFiles, putBytes, useFilesTestApp } from './helpers/files.ts'
 

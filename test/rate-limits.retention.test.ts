@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { enforceRateLimits } from '../src/services/rate-limit.ts'
+import { enforceRateLimits } from '../src/http/rate-limit.ts'
 import { useTestApp } from './helpers/app.ts'
 
 // Rate-limit counters of past windows are pruned by housekeeping (issue 11 item 12), so an attacker

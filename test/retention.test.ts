@@ -1,6 +1,6 @@
 import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
-import { acquireLease } from '../src/repositories/worker-leases.ts'
+import { acquireLease } from '../src/outbox/worker-leases.ts'
 import {
   FAST_LOGIN_CONFIG,
   newUser,

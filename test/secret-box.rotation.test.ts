@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
-import { SecretBox } from '../src/services/secret-box.ts'
+import { SecretBox } from '../src/security/secret-box.ts'
 
 // Secrets at rest (TOTP secrets, token links in the mail outbox) survive a rotation of the JWT
 // secret: the new secret seals, the previous ones still open what they sealed (issue 19 item 1).

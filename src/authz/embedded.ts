@@ -1,6 +1,14 @@
 import { type Kysely, sql } from 'kysely'
 import { inTransaction } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
+import type { ModelIndex, RelationReference, Userset } from './model.ts'
+import {
+  type AuthorizationPort,
+  AuthorizationRequestError,
+  AuthorizationUnavailableError,
+  type CheckRequest,
+  type TupleKey,
+} from './port.ts'
 import {
   deleteTuples,
   findTuplesForLookups,
@@ -12,15 +20,7 @@ import {
   type SubjectRow,
   type TupleLookup,
   type TupleRow,
-} from '../repositories/authz-tuples.ts'
-import type { ModelIndex, RelationReference, Userset } from './model.ts'
-import {
-  type AuthorizationPort,
-  AuthorizationRequestError,
-  AuthorizationUnavailableError,
-  type CheckRequest,
-  type TupleKey,
-} from './port.ts'
+} from './tuple-store.ts'
 import { enqueueTupleChanges, outboxRowsOf, type TupleRecorder } from './tuples.ts'
 
 // The embedded authorization evaluator (decisions 3): OpenFGA's check semantics for a schema 1.1

@@ -4,6 +4,7 @@ import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
 import type { Database } from '../db/schema.ts'
 import { type OutboxHandler, OutboxWorker, type OutboxWorkerOptions, retryDelayMs } from '../outbox/engine.ts'
+import { acquireLease, releaseLease } from '../outbox/worker-leases.ts'
 import {
   type AuthzOutboxRow,
   deferTupleChange,
@@ -12,8 +13,7 @@ import {
   pendingTupleChanges,
   setTupleChangeAside,
   tupleChangeBacklog,
-} from '../repositories/authz-outbox.ts'
-import { acquireLease, releaseLease } from '../repositories/worker-leases.ts'
+} from './outbox-store.ts'
 import { type AuthorizationPort, AuthorizationRequestError, type TupleKey } from './port.ts'
 
 // The authorization kind of the outbox engine (src/outbox/engine.ts): queued tuple changes go to

@@ -2,8 +2,8 @@ import type { Kysely } from 'kysely'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import type { Principal } from '../principal.ts'
-import type { RowsQuery } from '../repositories/authz-tuples.ts'
 import { type AuthorizationPort, AuthorizationRequestError } from './port.ts'
+import type { RowsQuery } from './tuple-store.ts'
 
 /**
  * The permission questions domain code asks. Checks fail closed: an authorization server that

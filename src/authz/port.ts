@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely'
 import type { Database } from '../db/schema.ts'
-import type { RowsQuery } from '../repositories/authz-tuples.ts'
+import type { RowsQuery } from './tuple-store.ts'
 
 // The authorization port: what the service asks of a relationship-based authorization server
 // (OpenFGA's API, spec 2.12). Two adapters implement it: OpenFGA over HTTP and the embedded

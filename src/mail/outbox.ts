@@ -3,6 +3,7 @@ import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
 import type { Database, Tx } from '../db/schema.ts'
 import { type OutboxHandler, OutboxWorker, type OutboxWorkerOptions, retryDelayMs } from '../outbox/engine.ts'
+import { SecretBox } from '../security/secret-box.ts'
 import {
   claimMail,
   insertMail,
@@ -10,8 +11,7 @@ import {
   markMailFailed,
   markMailSent,
   releaseMail,
-} from '../repositories/mail-outbox.ts'
-import { SecretBox } from '../services/secret-box.ts'
+} from './outbox-store.ts'
 import {
   type MailTemplateData,
   type MailTemplateName,

@@ -13,7 +13,7 @@ import Fastify from 'fastify'
 import { Kysely, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
 import { loadConfig } from '../../src/config.ts'
-import { argon2idOptions, hashParameters } from '../../src/services/passwords.ts'
+import { argon2idOptions, hashParameters } from '../../src/security/passwords.ts'
 
 const verify = createVerifier({
   key: Buffer.from(process.env.FLOOR_JWT_SECRET ?? '', 'base64'),

@@ -3,8 +3,8 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import type { ParsedMail } from 'mailparser'
 import { afterAll, beforeAll, expect } from 'vitest'
 import type { Role } from '../../src/db/schema.ts'
+import { createOrganization } from '../../src/features/organizations/service.ts'
 import { SmtpTransport } from '../../src/mail/transports.ts'
-import { createOrganization } from '../../src/services/organizations.ts'
 import { createTestApp, type TestApp, type TestAppOptions } from './app.ts'
 import { TestSmtpServer } from './smtp.ts'
 

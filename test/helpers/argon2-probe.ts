@@ -5,7 +5,7 @@
 import { createRequire } from 'node:module'
 import path from 'node:path'
 
-const require = createRequire(path.resolve(import.meta.dirname, '../../src/services/passwords.ts'))
+const require = createRequire(path.resolve(import.meta.dirname, '../../src/security/passwords.ts'))
 const argon2 = require('@node-rs/argon2') as { verify: (...args: unknown[]) => Promise<boolean> }
 const verify = argon2.verify
 let verifications = 0

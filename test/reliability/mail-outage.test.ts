@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { SmtpTransport } from '../../src/mail/transports.ts'
-import { listDeadLetters, outboxCounts } from '../../src/repositories/outbox-status.ts'
+import { listDeadLetters, outboxCounts } from '../../src/outbox/status.ts'
 import {
   ACCOUNT_TEST_CONFIG,
   asUser,

@@ -1,7 +1,7 @@
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { ConfigSource } from '../../src/config.ts'
-import { APPROVAL_EMAIL_SUBJECT_KEY } from '../../src/services/purchase-request-approval.ts'
+import { APPROVAL_EMAIL_SUBJECT_KEY } from '../../src/features/purchase-requests/approval.ts'
 import { FAST_LOGIN_CONFIG, newOrganization, newUser, PASSWORD, type TestUser } from '../helpers/accounts.ts'
 import { createTestApp, testSecret } from '../helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'

@@ -1,0 +1,101 @@
+// Decorates `app.db` (Kysely), `app.database` (the handle: kind, pool stats) and `app.migrations`;
+// needs config. Opens the configured database unless one is supplied, migrates on start, closes
+// what it opened. A database that cannot be reached at start-up does not stop the service: it
+// starts, /api routes answer 503 and readiness reports the database until it answers and is
+// migrated, retried with back-off.
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Kysely } from 'kysely'
+import { AppError } from '../errors.ts'
+import { type DatabaseHandle, isDatabaseUnavailable, openDatabase } from './database.ts'
+import { migrateToLatest } from './migrator.ts'
+import { sharedListen } from './notifications.ts'
+import type { Database } from './schema.ts'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    db: Kysely<Database>
+    database: DatabaseHandle
+    migrations: Migrations
+  }
+}
+
+export interface Migrations {
+  /** True while a database that was down at start-up waits to be migrated. */
+  readonly pending: boolean
+  /** Resolves once the schema is migrated (at once unless it is pending). */
+  readonly migrated: Promise<void>
+}
+
+const RETRY_MIN_MS = 250
+const RETRY_MAX_MS = 5_000
+
+export interface DbPluginOptions {
+  /** A database owned by the caller (tests, CLI); the app then does not close it. */
+  database?: DatabaseHandle
+}
+
+async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
+  const owned = options.database === undefined
+  const database =
+    options.database ??
+    (await openDatabase(app.config, {
+      onIdleError: (error) => app.log.warn({ err: error }, 'database connection failed'),
+    }))
+  // One LISTEN connection per channel for the whole app, however many features subscribe.
+  app.decorate('database', { ...database, listen: sharedListen(database.listen) })
+  app.decorate('db', database.db)
+  if (owned) app.addHook('onClose', () => database.close())
+  const migrations = { pending: false, migrated: Promise.resolve() }
+  app.decorate('migrations', migrations)
+  if (!app.config.datasource.migrateOnStart) return
+
+  const migrate = async () => {
+    const applied = await migrateToLatest(database.db)
+    if (applied.length > 0) app.log.info({ applied }, 'database migrated')
+  }
+  try {
+    await migrate()
+    return
+  } catch (error) {
+    if (!isDatabaseUnavailable(error)) throw error
+    app.log.warn({ err: error }, 'database unavailable at start-up: /api answers 503 until it is back')
+  }
+
+  // Decided on the route the router matched: every /api route reaches the database (and documents 503).
+  app.addHook('onRequest', (request, _reply, done) => {
+    if (migrations.pending && request.routeOptions.url?.startsWith('/api/')) {
+      done(
+        new AppError('SERVICE_UNAVAILABLE', 'The database is not available yet', {
+          headers: { 'retry-after': '1' },
+        }),
+      )
+    } else done()
+  })
+  const { promise, resolve } = Promise.withResolvers<void>()
+  migrations.pending = true
+  migrations.migrated = promise
+  let closing = false
+  let timer: NodeJS.Timeout | undefined
+  const attempt = async (delay: number) => {
+    try {
+      await migrate()
+      migrations.pending = false
+      app.log.info('database available: migrated, serving /api')
+      resolve()
+    } catch (error) {
+      if (closing) return
+      if (!isDatabaseUnavailable(error)) {
+        app.log.error({ err: error }, 'migrating the database failed; retrying')
+      }
+      timer = setTimeout(() => void attempt(Math.min(delay * 2, RETRY_MAX_MS)), delay)
+    }
+  }
+  timer = setTimeout(() => void attempt(RETRY_MIN_MS * 2), RETRY_MIN_MS)
+  app.addHook('onClose', async () => {
+    closing = true
+    clearTimeout(timer)
+  })
+}
+
+export default fp(dbPlugin, { name: 'db', fastify: '5.x', dependencies: ['config'] })

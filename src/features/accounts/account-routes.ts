@@ -1,0 +1,165 @@
+// Self-service account endpoints: password reset (spec 4.1 rule 1) and the TOTP second factor.
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import { problemResponses } from '../../errors.ts'
+import { requireUser } from '../../principal.ts'
+import { Empty } from './schemas.ts'
+
+const PasswordResetRequest = Type.Object(
+  { email: Type.String({ minLength: 1, maxLength: 320 }) },
+  {
+    additionalProperties: false,
+    $id: 'PasswordResetRequest',
+    title: 'PasswordResetRequest',
+    description: 'The account to email a reset link to',
+  },
+)
+
+const PasswordResetConfirmation = Type.Object(
+  {
+    token: Type.String({ minLength: 1, maxLength: 200 }),
+    newPassword: Type.String({ minLength: 1, maxLength: 1024 }),
+  },
+  {
+    additionalProperties: false,
+    $id: 'PasswordResetConfirmation',
+    title: 'PasswordResetConfirmation',
+    description: 'The token of an invitation or reset link, and the new password',
+  },
+)
+
+const OtpSetup = Type.Object(
+  {
+    secret: Type.String({ description: 'Base32 secret, for manual entry' }),
+    otpauthUri: Type.String(),
+    qrCodeSvg: Type.String({ description: 'The otpauth URI as an SVG QR code' }),
+  },
+  { $id: 'OtpSetup', title: 'OtpSetup', description: 'A new TOTP secret, inactive until enabled' },
+)
+
+const OtpEnableRequest = Type.Object(
+  { code: Type.String({ minLength: 1, maxLength: 16 }) },
+  {
+    additionalProperties: false,
+    $id: 'OtpEnableRequest',
+    title: 'OtpEnableRequest',
+    description: 'A current code of the new secret',
+  },
+)
+
+const BackupCodes = Type.Object(
+  { backupCodes: Type.Array(Type.String(), { minItems: 10, maxItems: 10 }) },
+  { $id: 'BackupCodes', title: 'BackupCodes', description: 'Ten single-use backup codes, shown once' },
+)
+
+const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.post(
+    '/password-reset/request',
+    {
+      config: {
+        public: true,
+        rateLimit: [
+          { name: 'reset:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 },
+          {
+            name: 'reset:account',
+            by: { field: 'email', caseless: true },
+            max: 'resetPerHour',
+            windowSeconds: 3600,
+          },
+        ],
+      },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'requestPasswordReset',
+        summary: 'Email a reset link; answers 202 whether or not the account exists',
+        body: PasswordResetRequest,
+        response: { 202: Empty, ...problemResponses(429) },
+      },
+    },
+    async (request, reply) => {
+      const email = request.body.email.trim().toLowerCase()
+      // The lookup and the email happen after the response, so its timing says nothing about
+      // whether the account exists.
+      app.background.run('password-reset-request', () => app.services.passwordReset.request(email))
+      return reply.code(202).send({})
+    },
+  )
+
+  app.post(
+    '/password-reset/confirm',
+    {
+      config: {
+        public: true,
+        rateLimit: [{ name: 'reset-confirm:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 }],
+      },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'confirmPasswordReset',
+        summary: 'Set a new password with the token of an invitation or reset link',
+        body: PasswordResetConfirmation,
+        response: { 200: Empty, ...problemResponses(400, 429) },
+      },
+    },
+    async (request) => {
+      await app.services.passwordReset.confirm(request.body.token, request.body.newPassword)
+      return {}
+    },
+  )
+
+  app.post(
+    '/otp/setup',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'setupOtp',
+        summary: 'Generate a TOTP secret (not active until enabled with a valid code)',
+        response: {
+          200: OtpSetup,
+          ...problemResponses(401, 403, 404, 409),
+        },
+      },
+    },
+    async (request, reply) => {
+      reply.header('cache-control', 'no-store')
+      return app.services.otp.setup(requireUser(request).userId)
+    },
+  )
+
+  app.post(
+    '/otp/enable',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'enableOtp',
+        summary: 'Turn the second factor on with a valid code; returns 10 single-use backup codes once',
+        body: OtpEnableRequest,
+        response: {
+          200: BackupCodes,
+          ...problemResponses(400, 401, 403, 404, 409),
+        },
+      },
+    },
+    async (request, reply) => {
+      reply.header('cache-control', 'no-store')
+      return app.services.otp.enable(requireUser(request).userId, request.body.code)
+    },
+  )
+
+  app.post(
+    '/otp/disable',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'disableOtp',
+        summary: 'Turn the second factor off (403 OTP_REQUIRED_FOR_ROLE for roles that require it)',
+        response: { 200: Empty, ...problemResponses(401, 403, 404, 409) },
+      },
+    },
+    async (request) => {
+      await app.services.otp.disable(requireUser(request).userId)
+      return {}
+    },
+  )
+}
+
+export default accountRoutes

@@ -1,0 +1,55 @@
+import type { Config } from '../../config.ts'
+import type { Role, Tx } from '../../db/schema.ts'
+import { AppError } from '../../errors.ts'
+import type { AccountRow } from './repository.ts'
+
+export const PASSWORD_MAX_LENGTH = 256
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
+
+export function normalizeEmail(email: string): string {
+  const trimmed = email.trim()
+  if (trimmed.length > 320 || !EMAIL.test(trimmed)) {
+    throw new AppError('VALIDATION_FAILED', 'The email address is not valid', {
+      extensions: { errors: [{ path: 'email', message: 'is not a valid email address' }] },
+    })
+  }
+  return trimmed
+}
+
+/** The password policy: length between the configured minimum and 256 characters. */
+export function checkPasswordPolicy(config: Config, password: string): void {
+  const min = config.auth.password.minLength
+  const length = [...password].length
+  if (length < min || length > PASSWORD_MAX_LENGTH) {
+    throw new AppError(
+      'WEAK_PASSWORD',
+      `The password must be ${min} to ${PASSWORD_MAX_LENGTH} characters long`,
+    )
+  }
+}
+
+/** The tuple that makes an account `admin` or `member` of its organization (spec 2.12). */
+export function roleTuple(
+  operation: 'write' | 'delete',
+  account: Pick<AccountRow, 'id' | 'role' | 'organization_id'>,
+) {
+  return {
+    operation,
+    subject: `user:${account.id}`,
+    relation: account.role,
+    object: `organization:${account.organization_id}`,
+  }
+}
+
+export interface NewAccount {
+  organizationId: string
+  email: string
+  role: Role
+  password: string
+}
+
+/**
+ * Ends every session of an account in the caller's transaction (deactivation, a password set by a
+ * reset link). The sessions feature owns the sessions; the composition root hands its function in.
+ */
+export type EndUserSessions = (trx: Tx, userId: string, now: Date, reason: string) => Promise<unknown>

@@ -1,0 +1,29 @@
+// The accounts feature: the account table, administration of an organization's users under
+// /api/users (invite, deactivate, reactivate, reset), and the account's own password reset and
+// two-factor setup under /api/auth.
+import type { FastifyInstance } from 'fastify'
+import accountRoutes from './account-routes.ts'
+import userRoutes from './user-routes.ts'
+
+export { AccountLinks } from './account-links.ts'
+export type { EndUserSessions } from './accounts.ts'
+export { OtpService } from './otp.ts'
+export { type PasswordResetHandler, PasswordResets } from './password-reset.ts'
+export {
+  type AccountRow,
+  claimLoginAttempt,
+  findAccount,
+  findAccountByEmail,
+  findSessionVersion,
+  incrementSessionVersion,
+  listAccounts,
+  settleLoginAttempt,
+  unlockAccount,
+  updatePasswordHash,
+} from './repository.ts'
+export { UserAdministration } from './users.ts'
+
+export default async function accountsFeature(app: FastifyInstance) {
+  await app.register(accountRoutes, { prefix: '/api/auth' })
+  await app.register(userRoutes, { prefix: '/api/users' })
+}

@@ -1,0 +1,191 @@
+import type { Kysely } from 'kysely'
+import type { TupleRecorder } from '../../authz/tuples.ts'
+import type { Clock } from '../../clock.ts'
+import type { Config } from '../../config.ts'
+import { requireTenant } from '../../context.ts'
+import { type AlongWith, inTransaction } from '../../db/database.ts'
+import type { Database, Role, Tx } from '../../db/schema.ts'
+import { AppError } from '../../errors.ts'
+import type { UserPrincipal } from '../../principal.ts'
+import { PasswordHasher } from '../../security/passwords.ts'
+import { findOrganization } from '../organizations/index.ts'
+import type { AccountLinks } from './account-links.ts'
+import {
+  checkPasswordPolicy,
+  type EndUserSessions,
+  type NewAccount,
+  normalizeEmail,
+  roleTuple,
+} from './accounts.ts'
+import { retireOneTimeTokens } from './one-time-tokens.ts'
+import {
+  type AccountRow,
+  findAccount,
+  incrementSessionVersion,
+  insertAccount,
+  lockAccount,
+  lockActiveAdmins,
+  setAccountActive,
+} from './repository.ts'
+
+export interface UserAdministrationDeps {
+  db: Kysely<Database>
+  clock: Clock
+  config: Config
+  passwords: PasswordHasher
+  tuples: TupleRecorder
+  links: AccountLinks
+  endSessions: EndUserSessions
+}
+
+/** 409 ACCOUNT_EXISTS for the unique email index's violation. */
+async function accountExists<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work()
+  } catch (error) {
+    if ((error as { code?: string })?.code === '23505')
+      throw new AppError('ACCOUNT_EXISTS', 'An account with this email already exists')
+    throw error
+  }
+}
+
+/**
+ * Account administration by an organization's admins (spec 4.1, 5.5 rule 2): invite, deactivate,
+ * reactivate and the admin-triggered reset; and by operators (the CLI, the demo seed): create. The
+ * organization is the request's tenant; the admin role is checked on the account table. Every
+ * change is one transaction, with its role tuple and email in it.
+ */
+export class UserAdministration {
+  readonly #deps: UserAdministrationDeps
+
+  constructor(deps: UserAdministrationDeps) {
+    this.#deps = deps
+  }
+
+  /** The caller's own account, which must be an active admin of the tenant (spec 5.5 rule 2). */
+  async #admin(db: Kysely<Database> | Tx, caller: UserPrincipal): Promise<AccountRow> {
+    const account = await findAccount(db, caller.userId)
+    if (!account?.active || account.role !== 'admin' || account.organization_id !== requireTenant()) {
+      throw new AppError('ACCESS_DENIED', 'This operation needs an organization admin')
+    }
+    return account
+  }
+
+  /** A target account of the admin's organization; others are 404, as if they did not exist. */
+  async #target(trx: Tx, organizationId: string, userId: string): Promise<AccountRow> {
+    const target = await lockAccount(trx, userId)
+    if (!target || target.organization_id !== organizationId) throw new AppError('NOT_FOUND', 'No such user')
+    return target
+  }
+
+  /** A new account with its role tuple, in the caller's transaction; a taken email is 409 ACCOUNT_EXISTS. */
+  async #insert(
+    trx: Tx,
+    values: { organizationId: string; email: string; passwordHash: string; role: Role; active: boolean },
+  ): Promise<AccountRow> {
+    if (!(await findOrganization(trx, values.organizationId)))
+      throw new AppError('NOT_FOUND', 'No such organization')
+    const account = await insertAccount(trx, values)
+    await this.#deps.tuples.record(trx, [roleTuple('write', account)], this.#deps.clock.now())
+    return account
+  }
+
+  /** Creates an active account with a password (operations CLI, demo seed). */
+  async create(input: NewAccount): Promise<AccountRow> {
+    const { db, config, passwords } = this.#deps
+    const email = normalizeEmail(input.email)
+    checkPasswordPolicy(config, input.password)
+    const passwordHash = await passwords.hash(input.password)
+    return accountExists(() =>
+      inTransaction(db, (trx) => this.#insert(trx, { ...input, email, passwordHash, active: true })),
+    )
+  }
+
+  /** `along` runs in the invitation's transaction with its result. */
+  async invite(
+    caller: UserPrincipal,
+    input: { email: string; organizationId: string; role: Role },
+    along?: AlongWith<{ userId: string }>,
+  ): Promise<{ userId: string }> {
+    const { db, clock, links } = this.#deps
+    const admin = await this.#admin(db, caller)
+    if (input.organizationId !== admin.organization_id) {
+      throw new AppError('ACCESS_DENIED', 'Admins invite users to their own organization only')
+    }
+    const email = normalizeEmail(input.email)
+    return accountExists(() =>
+      inTransaction(db, async (trx) => {
+        // An unusable random hash: no password works until the invitee sets one through the link.
+        const account = await this.#insert(trx, {
+          organizationId: admin.organization_id,
+          email,
+          passwordHash: PasswordHasher.unusableHash(),
+          role: input.role,
+          active: false,
+        })
+        await links.send(trx, account, 'INVITATION', clock.now())
+        const result = { userId: account.id }
+        await along?.(trx, result)
+        return result
+      }),
+    )
+  }
+
+  async deactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
+    const { db, clock, tuples } = this.#deps
+    const now = clock.now()
+    // A member is refused before anything is locked or revealed.
+    const { organization_id: organizationId } = await this.#admin(db, caller)
+    return inTransaction(db, async (trx) => {
+      // Lock the organization's active admins first, so two admins deactivating each other are
+      // serialised: the second sees the first change and gets LAST_ADMIN.
+      const admins = await lockActiveAdmins(trx, organizationId)
+      const target = await this.#target(trx, organizationId, userId)
+      if (target.active && target.role === 'admin' && admins <= 1) {
+        throw new AppError('LAST_ADMIN', "The organization's last active admin cannot be deactivated")
+      }
+      await this.#admin(trx, caller)
+      if (target.deactivated_at) return { userId, active: false }
+      // An invited account (inactive, not yet deactivated) is deactivated too: its invitation must
+      // not bring it back. Every outstanding link dies with it and its role tuple goes.
+      await setAccountActive(trx, userId, { active: false, deactivatedAt: now }, now)
+      await retireOneTimeTokens(trx, userId, now)
+      await this.#deps.endSessions(trx, userId, now, 'deactivated')
+      await incrementSessionVersion(trx, userId)
+      await tuples.record(trx, [roleTuple('delete', target)], now)
+      return { userId, active: false }
+    })
+  }
+
+  async reactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
+    const { db, clock, tuples } = this.#deps
+    const now = clock.now()
+    return inTransaction(db, async (trx) => {
+      const admin = await this.#admin(trx, caller)
+      const target = await this.#target(trx, admin.organization_id, userId)
+      if (!target.deactivated_at) return { userId, active: target.active }
+      // An invitee who never set a password goes back to invited: active once it accepts a fresh
+      // invitation (admin reset sends one).
+      const active = !PasswordHasher.isUnusable(target.password_hash)
+      await setAccountActive(trx, userId, { active, deactivatedAt: null }, now)
+      await tuples.record(trx, [roleTuple('write', target)], now)
+      return { userId, active }
+    })
+  }
+
+  /**
+   * Admin-triggered reset (POST /api/users/{id}/reset-password): mails the user a reset link. For
+   * an invited account that has not set a password yet it sends a fresh invitation instead (the
+   * way to resend one); a deactivated account gets nothing, since a reset would not bring it back.
+   */
+  async adminReset(caller: UserPrincipal, userId: string): Promise<void> {
+    const { db, clock, links } = this.#deps
+    await inTransaction(db, async (trx) => {
+      const admin = await this.#admin(trx, caller)
+      const target = await this.#target(trx, admin.organization_id, userId)
+      if (target.active) return links.send(trx, target, 'PASSWORD_RESET', clock.now())
+      if (!target.deactivated_at && PasswordHasher.isUnusable(target.password_hash))
+        return links.send(trx, target, 'INVITATION', clock.now())
+    })
+  }
+}

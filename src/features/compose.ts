@@ -1,0 +1,220 @@
+import type { FastifyBaseLogger } from 'fastify'
+import type { Kysely } from 'kysely'
+import type { ModelIndex } from '../authz/model.ts'
+import type { Permissions } from '../authz/permissions.ts'
+import type { TupleRecorder } from '../authz/tuples.ts'
+import type { Clock } from '../clock.ts'
+import { type Config, jwtSecrets } from '../config.ts'
+import type { DatabaseHandle } from '../db/database.ts'
+import { LISTEN_LOST, LISTEN_RESET } from '../db/notifications.ts'
+import type { Database } from '../db/schema.ts'
+import { EventBus } from '../events.ts'
+import type { SealedMailData } from '../mail/outbox.ts'
+import type { MailTemplates } from '../mail/templates.ts'
+import { hashParameters, PasswordHasher } from '../security/passwords.ts'
+import { SecretBox } from '../security/secret-box.ts'
+import { AccessTokens } from '../security/tokens.ts'
+import type { ObjectStore } from '../storage/port.ts'
+import {
+  AccountLinks,
+  incrementSessionVersion,
+  OtpService,
+  type PasswordResetHandler,
+  PasswordResets,
+  UserAdministration,
+} from './accounts/index.ts'
+import { FileService } from './files/index.ts'
+import { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from './machine-principals/index.ts'
+import { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './organizations/index.ts'
+import {
+  ATTACHMENT_CONTENT_TYPES,
+  approvalSubjectResolver,
+  PurchaseRequests,
+} from './purchase-requests/index.ts'
+import {
+  AccountAuthenticator,
+  accountSessionVersions,
+  type CredentialAuthenticator,
+  endUserSessions,
+  NewDeviceNotice,
+  SessionService,
+  type SessionVersionProvider,
+} from './sessions/index.ts'
+
+// The composition root: every service is built here, once, from the infrastructure the plugins
+// provide (ports) and the extensions a deployment passes to buildApp. Each binding between
+// features (the second factor, a resource type for attachments, a send-time subject, an event
+// listener) is one line below, so what is wired to what can be read in one place.
+
+/** The infrastructure the services run on, provided by the plugins. */
+export interface Ports {
+  config: Config
+  clock: Clock
+  db: Kysely<Database>
+  database: DatabaseHandle
+  log: FastifyBaseLogger
+  authz: Permissions & { tuples: TupleRecorder; model: ModelIndex }
+  store: ObjectStore
+  mail: { seal(data: Record<string, unknown>): SealedMailData; templates: MailTemplates }
+}
+
+/** The extension points of spec 5.6 and 6 (AppDependencies). */
+export interface Extensions {
+  authenticator?: CredentialAuthenticator | undefined
+  sessionVersionProvider?: SessionVersionProvider | undefined
+  passwordResetHandler?: PasswordResetHandler | undefined
+  events?: EventBus | undefined
+}
+
+export interface Services {
+  tokens: AccessTokens
+  passwords: PasswordHasher
+  events: EventBus
+  /** The credential check of login: the built-in one below, or a deployment's own. */
+  authenticator: CredentialAuthenticator
+  accountAuthenticator: AccountAuthenticator
+  /** Enforces the `ver` claim of user access tokens (spec 5.2), when enabled or supplied. */
+  sessionVersions: SessionVersionProvider | null
+  sessions: SessionService
+  serviceAccounts: ServiceAccounts
+  apiKeys: ApiKeys
+  users: UserAdministration
+  passwordReset: PasswordResetHandler
+  newDeviceNotice: NewDeviceNotice
+  otp: OtpService
+  orgConfig: OrganizationConfig
+  files: FileService
+  purchaseRequests: PurchaseRequests
+}
+
+/** The services and what runs beside them (the configuration listener, the API-key use flush). */
+export interface ServiceRuntime {
+  services: Services
+  /** Starts the background parts once the app is ready. */
+  start(): Promise<void>
+  /** Stops them and writes what they hold (API key last use). */
+  stop(): Promise<void>
+}
+
+export async function createServices(ports: Ports, extensions: Extensions = {}): Promise<ServiceRuntime> {
+  const { config, clock, db, log, authz } = ports
+  const { password } = config.auth
+
+  // Authentication.
+  const passwords = await PasswordHasher.create(hashParameters(password))
+  const tokens = new AccessTokens(config, clock)
+  const events = extensions.events ?? new EventBus()
+  events.useLogger(log)
+  const builtInVersions = config.auth.sessionVersion.enabled ? accountSessionVersions(db) : null
+  const sessionVersions = extensions.sessionVersionProvider ?? builtInVersions
+  const sessions = new SessionService({ db, clock, config, tokens, events, versions: sessionVersions })
+  const otp = new OtpService({
+    db,
+    clock,
+    config,
+    box: new SecretBox(jwtSecrets(config), 'otp-secret-encryption'),
+  })
+  const accountAuthenticator = new AccountAuthenticator({
+    db,
+    clock,
+    config,
+    passwords,
+    secondFactor: (account, otpCode) => otp.verifyAtLogin(account, otpCode),
+  })
+  const serviceAccounts = new ServiceAccounts({ db, clock, config, tokens, tuples: authz.tuples })
+  const apiKeys = new ApiKeys({ db, clock, config, tokens, tuples: authz.tuples })
+
+  // Accounts.
+  const links = new AccountLinks({ config, sealMail: ports.mail.seal })
+  const users = new UserAdministration({
+    db,
+    clock,
+    config,
+    passwords,
+    tuples: authz.tuples,
+    links,
+    endSessions: endUserSessions,
+  })
+  const passwordResets = new PasswordResets({
+    db,
+    clock,
+    config,
+    passwords,
+    links,
+    endSessions: endUserSessions,
+  })
+
+  // Organizations, files and the example resource.
+  const orgConfig = new OrganizationConfig({ db, clock })
+  const files = new FileService({
+    db,
+    store: ports.store,
+    authz,
+    model: authz.model,
+    clock,
+    storage: config.storage,
+  })
+  const purchaseRequests = new PurchaseRequests({
+    db,
+    clock,
+    permissions: authz,
+    tuples: authz.tuples,
+    files,
+    frontendUrl: config.web.frontendUrl,
+  })
+
+  // Bindings between features.
+  if (builtInVersions)
+    events.on('UserSessionsRevokedEvent', ({ userId }) => incrementSessionVersion(db, userId))
+  files.registerResourceType('purchase_request', {
+    objectType: 'purchase_request',
+    contentTypes: ATTACHMENT_CONTENT_TYPES,
+  })
+  ports.mail.templates.resolveSubject('purchase_request_approved', approvalSubjectResolver(orgConfig))
+
+  const services: Services = {
+    tokens,
+    passwords,
+    events,
+    authenticator: extensions.authenticator ?? accountAuthenticator,
+    accountAuthenticator,
+    sessionVersions,
+    sessions,
+    serviceAccounts,
+    apiKeys,
+    users,
+    passwordReset: extensions.passwordResetHandler ?? passwordResets,
+    newDeviceNotice: new NewDeviceNotice({ db, clock, config }),
+    otp,
+    orgConfig,
+    files,
+    purchaseRequests,
+  }
+
+  // Last use of API keys is gathered in memory and written in one batch a minute, and on stop.
+  const flushLastUse = () =>
+    apiKeys.flushLastUse().catch((error: unknown) => log.warn({ err: error }, 'recording API key use failed'))
+  let flushTimer: NodeJS.Timeout | undefined
+  let unlisten: (() => Promise<void>) | undefined
+
+  return {
+    services,
+    async start() {
+      flushTimer = setInterval(flushLastUse, LAST_USE_FLUSH_MS)
+      flushTimer.unref()
+      // Configuration changes on any instance reach this one's cache through LISTEN/NOTIFY.
+      unlisten = await ports.database.listen(ORGANIZATION_CONFIG_CHANNEL, (payload) => {
+        if (payload === LISTEN_LOST) log.warn('configuration change notifications lost; cache bypassed')
+        if (payload === LISTEN_RESET) log.info('configuration change notifications resumed')
+        orgConfig.applyNotification(payload)
+      })
+      orgConfig.setListening(true)
+    },
+    async stop() {
+      clearInterval(flushTimer)
+      orgConfig.setListening(false)
+      await unlisten?.()
+      await flushLastUse()
+    },
+  }
+}

@@ -1,0 +1,73 @@
+import type { Insertable, Selectable } from 'kysely'
+import type { Executor, FileTable } from '../../db/schema.ts'
+
+// File metadata. Every query names the organization: a file id alone never reaches another
+// tenant's row.
+
+export type FileRow = Selectable<FileTable>
+
+export function insertFile(db: Executor, values: Insertable<FileTable>): Promise<FileRow> {
+  return db.insertInto('files').values(values).returningAll().executeTakeFirstOrThrow()
+}
+
+export function findFile(db: Executor, organizationId: string, id: string): Promise<FileRow | undefined> {
+  return db
+    .selectFrom('files')
+    .selectAll()
+    .where('organization_id', '=', organizationId)
+    .where('id', '=', id)
+    .executeTakeFirst()
+}
+
+/** PENDING -> CONFIRMED; undefined when the file was not PENDING any more (a concurrent confirm). */
+export function markFileConfirmed(
+  db: Executor,
+  organizationId: string,
+  id: string,
+  values: { sizeBytes: number; now: Date },
+): Promise<FileRow | undefined> {
+  return db
+    .updateTable('files')
+    .set({ status: 'CONFIRMED', size_bytes: values.sizeBytes, confirmed_at: values.now })
+    .where('organization_id', '=', organizationId)
+    .where('id', '=', id)
+    .where('status', '=', 'PENDING')
+    .returningAll()
+    .executeTakeFirst()
+}
+
+/** PENDING -> REJECTED, recording the size that was refused. */
+export function markFileRejected(
+  db: Executor,
+  organizationId: string,
+  id: string,
+  sizeBytes: number,
+): Promise<FileRow | undefined> {
+  return db
+    .updateTable('files')
+    .set({ status: 'REJECTED', size_bytes: sizeBytes })
+    .where('organization_id', '=', organizationId)
+    .where('id', '=', id)
+    .where('status', '=', 'PENDING')
+    .returningAll()
+    .executeTakeFirst()
+}
+
+/** A resource's confirmed files, oldest first. */
+export function listConfirmedFiles(
+  db: Executor,
+  organizationId: string,
+  resourceType: string,
+  resourceId: string,
+): Promise<FileRow[]> {
+  return db
+    .selectFrom('files')
+    .selectAll()
+    .where('organization_id', '=', organizationId)
+    .where('resource_type', '=', resourceType)
+    .where('resource_id', '=', resourceId)
+    .where('status', '=', 'CONFIRMED')
+    .orderBy('created_at')
+    .orderBy('id')
+    .execute()
+}

@@ -1,0 +1,289 @@
+import { randomBytes, timingSafeEqual } from 'node:crypto'
+import type { Kysely } from 'kysely'
+import { LRUCache } from 'lru-cache'
+import type { TupleRecorder } from '../../authz/tuples.ts'
+import type { Clock } from '../../clock.ts'
+import type { Config } from '../../config.ts'
+import { inTransaction } from '../../db/database.ts'
+import type { Database } from '../../db/schema.ts'
+import { AppError } from '../../errors.ts'
+import type { ApiKeyPrincipal, ServiceAccountPrincipal } from '../../principal.ts'
+import { isScope, SCOPES } from '../../scopes.ts'
+import type { AccessTokens, IssuedToken } from '../../security/tokens.ts'
+import { sha256 } from '../../security/tokens.ts'
+import { findOrganization } from '../organizations/index.ts'
+import {
+  type ApiKeyRow,
+  disableServiceAccount,
+  findApiKey,
+  findApiKeyByHash,
+  findServiceAccount,
+  findServiceAccountByClientId,
+  insertApiKey,
+  insertServiceAccount,
+  listApiKeys,
+  recordApiKeyUse,
+  revokeApiKey,
+} from './repository.ts'
+
+/**
+ * How long a looked-up API key or service account is trusted without asking the database again.
+ * A revocation made on another instance (or by the CLI) takes effect within this time; on the
+ * instance that revokes, at once.
+ */
+export const CREDENTIAL_CACHE_TTL_MS = 10_000
+/** How often the last use of API keys is written (one batch, never a write per request). */
+export const LAST_USE_FLUSH_MS = 60_000
+
+const KEY_BYTES = 32
+const DISPLAY_CHARS = 8
+
+export function parseScopes(input: string[]): string[] {
+  const scopes = [...new Set(input.map((s) => s.trim()).filter(Boolean))]
+  const unknown = scopes.filter((s) => !isScope(s))
+  if (unknown.length > 0) {
+    throw new AppError(
+      'VALIDATION_FAILED',
+      `Unknown scope ${unknown.join(', ')}; known: ${SCOPES.join(', ')}`,
+      {
+        extensions: { errors: [{ path: 'scopes', message: `unknown scope ${unknown.join(', ')}` }] },
+      },
+    )
+  }
+  return scopes.toSorted()
+}
+
+function sameHash(expectedHex: string, actualHex: string): boolean {
+  const a = Buffer.from(expectedHex, 'hex')
+  const b = Buffer.from(actualHex, 'hex')
+  return a.length === b.length && timingSafeEqual(a, b)
+}
+
+interface Deps {
+  db: Kysely<Database>
+  clock: Clock
+  config: Config
+  tokens: AccessTokens
+  tuples: TupleRecorder
+}
+
+/** Service accounts (spec 2.7, 5.3): client credentials for backends, no organization. */
+export class ServiceAccounts {
+  readonly #deps: Deps
+  // Active state by id, so a disabled account's tokens stop working within the cache TTL.
+  readonly #active = new LRUCache<string, { active: boolean; scopes: string[]; clientId: string }>({
+    max: 10_000,
+    ttl: CREDENTIAL_CACHE_TTL_MS,
+  })
+  readonly #dummyHash = sha256(randomBytes(32).toString('hex'))
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+  }
+
+  async create(input: { clientId: string; description: string; scopes: string[] }) {
+    const clientId = input.clientId.trim()
+    if (!/^[A-Za-z0-9._:-]{3,100}$/.test(clientId)) {
+      throw new AppError('VALIDATION_FAILED', 'clientId must be 3 to 100 letters, digits or . _ : -')
+    }
+    const clientSecret = randomBytes(KEY_BYTES).toString('base64url')
+    try {
+      const row = await insertServiceAccount(this.#deps.db, {
+        clientId,
+        secretHash: sha256(clientSecret),
+        scopes: parseScopes(input.scopes),
+        description: input.description,
+        now: this.#deps.clock.now(),
+      })
+      return { id: row.id, clientId: row.client_id, clientSecret }
+    } catch (error) {
+      if ((error as { code?: string }).code === '23505') {
+        throw new AppError('ACCOUNT_EXISTS', 'A service account with this clientId already exists')
+      }
+      throw error
+    }
+  }
+
+  async disable(clientId: string) {
+    const row = await disableServiceAccount(this.#deps.db, clientId, this.#deps.clock.now())
+    if (!row) throw new AppError('NOT_FOUND', 'No such service account')
+    this.#active.delete(row.id)
+    return { id: row.id, clientId: row.client_id, disabledAt: row.disabled_at?.toISOString() ?? null }
+  }
+
+  /** Client-credentials grant; the secret is compared in constant time, unknown ids cost the same. */
+  async issueToken(clientId: string, clientSecret: string): Promise<IssuedToken> {
+    const account = await findServiceAccountByClientId(this.#deps.db, clientId)
+    const matches = sameHash(account?.secret_hash ?? this.#dummyHash, sha256(clientSecret))
+    if (!account || !matches || !account.active) {
+      throw new AppError('INVALID_CREDENTIALS', 'The client credentials are not valid')
+    }
+    return this.#deps.tokens.issueServiceToken({
+      sub: account.id,
+      cid: account.client_id,
+      scope: account.scopes.join(' '),
+    })
+  }
+
+  /** The principal of a service bearer token, or null (bad token, disabled account). */
+  async resolveBearer(token: string): Promise<ServiceAccountPrincipal | null> {
+    const claims = this.#deps.tokens.verifyServiceToken(token)
+    if (!claims) return null
+    let state = this.#active.get(claims.sub)
+    if (!state) {
+      const row = await findServiceAccount(this.#deps.db, claims.sub)
+      state = { active: row?.active ?? false, scopes: row?.scopes ?? [], clientId: row?.client_id ?? '' }
+      this.#active.set(claims.sub, state)
+    }
+    if (!state.active) return null
+    // The token's scopes, narrowed to what the account holds now.
+    const scopes = claims.scope.split(' ').filter((s) => state.scopes.includes(s))
+    return {
+      type: 'SERVICE_ACCOUNT',
+      id: claims.sub,
+      serviceAccountId: claims.sub,
+      clientId: claims.cid,
+      scopes: new Set(scopes),
+      organizationId: null,
+    }
+  }
+}
+
+type CachedKey = Pick<ApiKeyRow, 'id' | 'organization_id' | 'scopes' | 'expires_at' | 'revoked_at'>
+
+/** API keys (spec 2.6, 5.4): organization-scoped credentials for integrations. */
+export class ApiKeys {
+  readonly #deps: Deps
+  readonly #byHash = new LRUCache<string, CachedKey | 'none'>({ max: 50_000, ttl: CREDENTIAL_CACHE_TTL_MS })
+  readonly #lastUse = new Map<string, Date>()
+
+  constructor(deps: Deps) {
+    this.#deps = deps
+  }
+
+  /** Tuples that place an API key in the authorization model (see fga-model.fga). */
+  static tuples(key: { id: string; organizationId: string; scopes: string[] }) {
+    const subject = `api_key:${key.id}`
+    const object = `organization:${key.organizationId}`
+    const writes = key.scopes.some((s) => s.endsWith(':write'))
+    return [
+      { subject, relation: 'member', object },
+      ...(writes ? [{ subject, relation: 'admin', object }] : []),
+    ]
+  }
+
+  async create(input: {
+    organizationId: string
+    scopes: string[]
+    description: string
+    expiresAt: Date | null
+  }) {
+    const { db, clock, config } = this.#deps
+    const now = clock.now()
+    if (input.expiresAt && input.expiresAt <= now) {
+      throw new AppError('VALIDATION_FAILED', 'expiresAt must be in the future')
+    }
+    const scopes = parseScopes(input.scopes)
+    const secret = randomBytes(KEY_BYTES).toString('base64url')
+    const rawKey = `${config.auth.apiKey.prefix}${secret}`
+    const keyPrefix = `${config.auth.apiKey.prefix}${secret.slice(0, DISPLAY_CHARS)}`
+    const row = await inTransaction(db, async (trx) => {
+      if (!(await findOrganization(trx, input.organizationId)))
+        throw new AppError('NOT_FOUND', 'No such organization')
+      const inserted = await insertApiKey(trx, {
+        organizationId: input.organizationId,
+        keyPrefix,
+        keyHash: sha256(rawKey),
+        scopes,
+        description: input.description,
+        expiresAt: input.expiresAt,
+        now,
+      })
+      const tuples = ApiKeys.tuples({ id: inserted.id, organizationId: input.organizationId, scopes })
+      await this.#deps.tuples.record(
+        trx,
+        tuples.map((t) => ({ operation: 'write', ...t })),
+        now,
+      )
+      return inserted
+    })
+    return { id: row.id, rawKey, keyPrefix }
+  }
+
+  async revoke(id: string) {
+    const { db, clock } = this.#deps
+    const now = clock.now()
+    const row = await inTransaction(db, async (trx) => {
+      const revoked = await revokeApiKey(trx, id, now)
+      // Revoking again is idempotent: same answer, and the tuple deletes are not queued twice.
+      if (!revoked) return findApiKey(trx, id)
+      const tuples = ApiKeys.tuples({ id, organizationId: revoked.organization_id, scopes: revoked.scopes })
+      await this.#deps.tuples.record(
+        trx,
+        tuples.map((t) => ({ operation: 'delete', ...t })),
+        now,
+      )
+      return revoked
+    })
+    if (!row) throw new AppError('NOT_FOUND', 'No such API key')
+    this.#byHash.delete(row.key_hash)
+    return { id: row.id, revokedAt: (row.revoked_at ?? now).toISOString() }
+  }
+
+  async list(organizationId: string) {
+    const rows = await listApiKeys(this.#deps.db, organizationId)
+    return rows.map((r) => ({
+      id: r.id,
+      keyPrefix: r.key_prefix,
+      scopes: r.scopes,
+      description: r.description,
+      createdAt: r.created_at.toISOString(),
+      expiresAt: r.expires_at?.toISOString() ?? null,
+      revokedAt: r.revoked_at?.toISOString() ?? null,
+      lastUsedAt: r.last_used_at?.toISOString() ?? null,
+    }))
+  }
+
+  /**
+   * The principal of a presented key, or null without saying why (spec 5.4 rule 2): no prefix,
+   * unknown, revoked and expired all look the same to the caller.
+   */
+  async resolve(rawKey: string): Promise<ApiKeyPrincipal | null> {
+    const { db, clock, config } = this.#deps
+    if (!rawKey.startsWith(config.auth.apiKey.prefix) || rawKey.length > 256) return null
+    const hash = sha256(rawKey)
+    let key = this.#byHash.get(hash)
+    if (key === undefined) {
+      const row = await findApiKeyByHash(db, hash)
+      key = row
+        ? {
+            id: row.id,
+            organization_id: row.organization_id,
+            scopes: row.scopes,
+            expires_at: row.expires_at,
+            revoked_at: row.revoked_at,
+          }
+        : 'none'
+      this.#byHash.set(hash, key)
+    }
+    if (key === 'none' || key.revoked_at) return null
+    const now = clock.now()
+    if (key.expires_at && key.expires_at <= now) return null
+    this.#lastUse.set(key.id, now)
+    return {
+      type: 'API_KEY',
+      id: key.id,
+      apiKeyId: key.id,
+      organizationId: key.organization_id,
+      scopes: new Set(key.scopes),
+    }
+  }
+
+  /** Writes the last-use times gathered since the previous flush. */
+  async flushLastUse(): Promise<void> {
+    if (this.#lastUse.size === 0) return
+    const batch = new Map(this.#lastUse)
+    this.#lastUse.clear()
+    await recordApiKeyUse(this.#deps.db, batch)
+  }
+}

@@ -1,0 +1,200 @@
+import type { Kysely } from 'kysely'
+import { LRUCache } from 'lru-cache'
+import type { Clock } from '../../clock.ts'
+import { inTransaction } from '../../db/database.ts'
+import { LISTEN_LOST, LISTEN_RESET, notify } from '../../db/notifications.ts'
+import type { Database } from '../../db/schema.ts'
+import { AppError } from '../../errors.ts'
+import {
+  deleteConfigEntry,
+  listConfigEntries,
+  type OrganizationConfigRow,
+  upsertConfigEntry,
+} from './config-repository.ts'
+
+// Per-organization configuration that changes at runtime (spec 2.11, 4.4; decisions 5).
+//
+// Each public operation is one transaction (spec 4.4). Domain code reads values through
+// `getValue`, served from an in-process cache of each organization's entries. Every write sends a
+// NOTIFY on ORGANIZATION_CONFIG_CHANNEL with the organization id, inside its transaction, so every
+// instance on the database (this one included) drops that organization's entries when the write
+// commits (decisions 6: a change on one instance is seen by the others at once).
+//
+// The cache is only trusted while the notifications flow: it stays empty until the listener is up,
+// and is emptied and bypassed from the moment the LISTEN connection is lost until it is back. A
+// read that was in flight when any invalidation arrived is returned but not cached, since it may
+// have read the value from before the change.
+
+export const ORGANIZATION_CONFIG_CHANNEL = 'organization_config'
+export const CONFIG_KEY_PATTERN = '^[a-z0-9][a-z0-9._-]{0,127}$'
+export const CONFIG_VALUE_MAX_BYTES = 64 * 1024
+
+const KEY = new RegExp(CONFIG_KEY_PATTERN)
+
+export interface OrganizationConfigEntry {
+  key: string
+  value: string
+  updatedAt: Date
+}
+
+/** Called after this instance applied a change: an organization id, or null for "anything". */
+export type ConfigChangeListener = (organizationId: string | null) => void
+
+export interface OrganizationConfigOptions {
+  db: Kysely<Database>
+  clock: Clock
+  /** Organizations whose entries are kept (least recently used are evicted). */
+  maxOrganizations?: number
+}
+
+function validationFailed(path: string, message: string): AppError {
+  return new AppError('VALIDATION_FAILED', `${path} ${message}`, {
+    extensions: { errors: [{ path, message }] },
+  })
+}
+
+/** 400 VALIDATION_FAILED unless `key` is a valid configuration key. */
+export function checkConfigKey(key: string): void {
+  if (!KEY.test(key)) throw validationFailed('params.key', `must match ${CONFIG_KEY_PATTERN}`)
+}
+
+function checkValue(value: string): void {
+  if (Buffer.byteLength(value, 'utf8') > CONFIG_VALUE_MAX_BYTES) {
+    throw validationFailed('body.value', `must be at most ${CONFIG_VALUE_MAX_BYTES} bytes (UTF-8)`)
+  }
+  // PostgreSQL text cannot hold NUL.
+  if (value.includes('\u0000')) throw validationFailed('body.value', 'must not contain NUL characters')
+}
+
+const toEntry = (row: OrganizationConfigRow): OrganizationConfigEntry => ({
+  key: row.key,
+  value: row.value,
+  updatedAt: row.updated_at,
+})
+
+const isForeignKeyViolation = (error: unknown) => (error as { code?: unknown }).code === '23503'
+
+export class OrganizationConfig {
+  readonly #db: Kysely<Database>
+  readonly #clock: Clock
+  readonly #cache: LRUCache<string, ReadonlyMap<string, string>>
+  readonly #listeners = new Set<ConfigChangeListener>()
+  /** Whether notifications reach this instance; the cache is used only while they do. */
+  #listening = false
+  /** Bumped by every invalidation: a read that saw it change does not fill the cache. */
+  #generation = 0
+
+  constructor(options: OrganizationConfigOptions) {
+    this.#db = options.db
+    this.#clock = options.clock
+    this.#cache = new LRUCache({
+      max: options.maxOrganizations ?? 10_000,
+      // Characters, roughly: 64 MiB of values at most, whatever the number of organizations.
+      maxSize: 32 * 1024 * 1024,
+      sizeCalculation: (entries) => {
+        let size = 1
+        for (const [key, value] of entries) size += key.length + value.length
+        return size
+      },
+    })
+  }
+
+  /** The organization's entries, ordered by key. */
+  async list(organizationId: string): Promise<OrganizationConfigEntry[]> {
+    return (await this.#load(organizationId)).map(toEntry)
+  }
+
+  /** One entry, or undefined. */
+  async get(organizationId: string, key: string): Promise<OrganizationConfigEntry | undefined> {
+    checkConfigKey(key)
+    const row = (await this.#load(organizationId)).find((candidate) => candidate.key === key)
+    return row && toEntry(row)
+  }
+
+  /** Stores the value under the key (creating or replacing it); 400 on an invalid key or value. */
+  async put(organizationId: string, key: string, value: string): Promise<OrganizationConfigEntry> {
+    checkConfigKey(key)
+    checkValue(value)
+    try {
+      const row = await inTransaction(this.#db, async (trx) => {
+        const stored = await upsertConfigEntry(trx, { organizationId, key, value, now: this.#clock.now() })
+        await notify(trx, ORGANIZATION_CONFIG_CHANNEL, organizationId)
+        return stored
+      })
+      // Our own notification arrives later: drop now, so this instance reads its writes.
+      this.#invalidate(organizationId)
+      return toEntry(row)
+    } catch (error) {
+      if (isForeignKeyViolation(error)) throw new AppError('NOT_FOUND', 'No such organization')
+      throw error
+    }
+  }
+
+  /** Removes the key; false when it was not set (nothing is sent then). */
+  async delete(organizationId: string, key: string): Promise<boolean> {
+    checkConfigKey(key)
+    const deleted = await inTransaction(this.#db, async (trx) => {
+      const found = await deleteConfigEntry(trx, organizationId, key)
+      if (found) await notify(trx, ORGANIZATION_CONFIG_CHANNEL, organizationId)
+      return found
+    })
+    if (deleted) this.#invalidate(organizationId)
+    return deleted
+  }
+
+  /** The value for domain code (cached); undefined when the organization has not set the key. */
+  async getValue(organizationId: string, key: string): Promise<string | undefined> {
+    const cached = this.#listening ? this.#cache.get(organizationId) : undefined
+    if (cached) return cached.get(key)
+    return (await this.#load(organizationId)).find((row) => row.key === key)?.value
+  }
+
+  /**
+   * Applies a message of the LISTEN connection: an organization id drops that organization's
+   * entries; LISTEN_LOST stops caching and LISTEN_RESET starts it again, both dropping everything.
+   */
+  applyNotification(payload: string): void {
+    if (payload === LISTEN_LOST) this.setListening(false)
+    else if (payload === LISTEN_RESET) this.setListening(true)
+    else this.#invalidate(payload)
+  }
+
+  /** Whether change notifications reach this instance, so that its cache is in use. */
+  get listening(): boolean {
+    return this.#listening
+  }
+
+  /** Switches the cache on or off as notifications start or stop (the plugin calls it). */
+  setListening(listening: boolean): void {
+    this.#listening = listening
+    this.#generation++
+    this.#cache.clear()
+    this.#emit(null)
+  }
+
+  /** Runs `listener` after each change this instance has applied; returns the unsubscribe function. */
+  onChange(listener: ConfigChangeListener): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
+  }
+
+  #invalidate(organizationId: string): void {
+    this.#generation++
+    this.#cache.delete(organizationId)
+    this.#emit(organizationId)
+  }
+
+  #emit(organizationId: string | null): void {
+    for (const listener of this.#listeners) listener(organizationId)
+  }
+
+  /** Reads the entries in one transaction and caches them unless an invalidation came meanwhile. */
+  async #load(organizationId: string): Promise<OrganizationConfigRow[]> {
+    const generation = this.#generation
+    const rows = await inTransaction(this.#db, (trx) => listConfigEntries(trx, organizationId))
+    if (this.#listening && generation === this.#generation) {
+      this.#cache.set(organizationId, new Map(rows.map((row) => [row.key, row.value])))
+    }
+    return rows
+  }
+}

@@ -1,0 +1,87 @@
+// Per-organization configuration (spec 4.4, decisions 5): members of the organization read its
+// entries, admins write them. The organization is checked as a relation on `organization:<orgId>`,
+// so another organization's id is 403 ACCESS_DENIED. Deleting a key that is not set is 204 too:
+// the outcome the caller asked for, no override, holds.
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import type { FastifyRequest } from 'fastify'
+import { problemResponses } from '../../errors.ts'
+import { requirePrincipal } from '../../principal.ts'
+import {
+  ConfigEntry,
+  ConfigEntryList,
+  ConfigEntryParams,
+  NoContent,
+  OrganizationParams,
+  PutConfigRequest,
+  toConfigEntry,
+} from './schemas.ts'
+
+const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.addSchema(ConfigEntry)
+
+  /** preHandler: 403 ACCESS_DENIED unless the caller has `relation` on the organization of the path. */
+  const requireOrganization = (relation: 'member' | 'admin') => async (request: FastifyRequest) => {
+    const { orgId } = request.params as { orgId: string }
+    await app.authz.require(requirePrincipal(request), relation, `organization:${orgId}`)
+  }
+
+  app.get(
+    '/:orgId/config',
+    {
+      config: { scope: 'config:read' },
+      preHandler: requireOrganization('member'),
+      schema: {
+        tags: ['configuration'],
+        operationId: 'listOrganizationConfig',
+        summary: "The organization's configuration entries; needs membership of the organization",
+        params: OrganizationParams,
+        response: { 200: ConfigEntryList, ...problemResponses(401, 403, 503) },
+      },
+    },
+    async (request) => ({
+      items: (await app.services.orgConfig.list(request.params.orgId)).map(toConfigEntry),
+    }),
+  )
+
+  app.put(
+    '/:orgId/config/:key',
+    {
+      config: { scope: 'config:write' },
+      preHandler: requireOrganization('admin'),
+      schema: {
+        tags: ['configuration'],
+        operationId: 'putOrganizationConfig',
+        summary:
+          'Store a configuration value (created or replaced); it applies at once; needs organization admin',
+        params: ConfigEntryParams,
+        body: PutConfigRequest,
+        response: { 200: ConfigEntry, ...problemResponses(401, 403, 503) },
+      },
+    },
+    async (request) => {
+      const { orgId, key } = request.params
+      return toConfigEntry(await app.services.orgConfig.put(orgId, key, request.body.value))
+    },
+  )
+
+  app.delete(
+    '/:orgId/config/:key',
+    {
+      config: { scope: 'config:write' },
+      preHandler: requireOrganization('admin'),
+      schema: {
+        tags: ['configuration'],
+        operationId: 'deleteOrganizationConfig',
+        summary: 'Remove a configuration value (204 also when it was not set); needs organization admin',
+        params: ConfigEntryParams,
+        response: { 204: NoContent, ...problemResponses(401, 403, 503) },
+      },
+    },
+    async (request, reply) => {
+      await app.services.orgConfig.delete(request.params.orgId, request.params.key)
+      return reply.code(204).send(null)
+    },
+  )
+}
+
+export default organizationsRoutes

@@ -1,0 +1,62 @@
+// The permission check of spec 4.2: answers whether the caller has a relation on an object.
+// It never answers 403 for a denied permission: denied is `{allowed: false}`.
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { Type } from '@sinclair/typebox'
+import { AppError, problemResponses } from '../../errors.ts'
+import { requirePrincipal } from '../../principal.ts'
+
+const Identifier = Type.String({ minLength: 1, maxLength: 64, pattern: '^[a-z][a-z0-9_]*$' })
+
+const CheckRequest = Type.Object(
+  {
+    relation: Identifier,
+    objectType: Identifier,
+    objectId: Type.String({ minLength: 1, maxLength: 256, pattern: '^[^\\s#:*]+$' }),
+  },
+  {
+    additionalProperties: false,
+    $id: 'PermissionCheckRequest',
+    title: 'PermissionCheckRequest',
+    description: 'The relation to check on objectType:objectId, for the caller',
+  },
+)
+
+const PermissionCheck = Type.Object(
+  { allowed: Type.Boolean() },
+  { $id: 'PermissionCheck', title: 'PermissionCheck', description: 'Whether the caller has the relation' },
+)
+
+const authzRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.post(
+    '/check',
+    {
+      config: { scope: 'authz:check' },
+      schema: {
+        tags: ['authorization'],
+        operationId: 'checkPermission',
+        summary: 'Whether the caller has the relation on the object (false when denied, never 403)',
+        body: CheckRequest,
+        response: { 200: PermissionCheck, ...problemResponses(401, 403, 503) },
+      },
+    },
+    async (request) => {
+      const principal = requirePrincipal(request)
+      const { relation, objectType, objectId } = request.body
+      if (!app.authz.model.hasType(objectType)) {
+        throw new AppError('VALIDATION_FAILED', `Unknown object type ${objectType}`, {
+          extensions: {
+            errors: [{ path: 'body.objectType', message: 'is not a type of the authorization model' }],
+          },
+        })
+      }
+      if (!app.authz.model.hasRelation(objectType, relation)) {
+        throw new AppError('VALIDATION_FAILED', `Unknown relation ${relation} on ${objectType}`, {
+          extensions: { errors: [{ path: 'body.relation', message: `is not a relation of ${objectType}` }] },
+        })
+      }
+      return { allowed: await app.authz.check(principal, relation, `${objectType}:${objectId}`) }
+    },
+  )
+}
+
+export default authzRoutes

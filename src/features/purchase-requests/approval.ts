@@ -1,0 +1,28 @@
+import { cleanSubject, type SubjectResolver } from '../../mail/templates.ts'
+
+/** The organization key holding the subject of the purchase-request approval email (spec 2.11). */
+export const APPROVAL_EMAIL_SUBJECT_KEY = 'purchase_request.approval_email_subject'
+
+/**
+ * The approval email's subject from the organization's configured text: `{title}` is replaced by
+ * the purchase request's title, and CR/LF become spaces so the value cannot add a mail header.
+ * Undefined (the template's default applies) when nothing usable is configured.
+ */
+export function approvalEmailSubject(configured: string | undefined, title: string): string | undefined {
+  if (configured === undefined || configured.trim() === '') return undefined
+  const subject = cleanSubject(configured.replaceAll('{title}', () => title))
+  return subject === '' ? undefined : subject
+}
+
+/**
+ * The send-time subject resolver of the approval email: read when the message is sent, so a
+ * subject changed after the approval still applies (spec 6.1).
+ */
+export function approvalSubjectResolver(config: {
+  getValue(organizationId: string, key: string): Promise<string | undefined>
+}): SubjectResolver<'purchase_request_approved'> {
+  return async ({ organizationId, data }) =>
+    organizationId
+      ? approvalEmailSubject(await config.getValue(organizationId, APPROVAL_EMAIL_SUBJECT_KEY), data.title)
+      : undefined
+}

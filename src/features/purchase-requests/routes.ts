@@ -1,0 +1,205 @@
+// The example resource (spec 4.5): purchase requests with a workflow, audit history, keyset
+// paging, attachments through the generic file endpoints and a generated PDF report. This file is
+// the template for adding a resource (README, "Adding a resource").
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { AppError, problemResponses } from '../../errors.ts'
+import { answerWithEffect, sendAnswer } from '../../http/idempotency.ts'
+import { requirePrincipal } from '../../principal.ts'
+import { FileRecord, fileLocation, toFileRecord } from '../files/index.ts'
+import type { PageKey, PurchaseRequestEventRow, PurchaseRequestRow } from './repository.ts'
+import {
+  CreatePurchaseRequest,
+  History,
+  HistoryEntry,
+  ListQuery,
+  PurchaseRequest,
+  type PurchaseRequestBody,
+  PurchaseRequestPage,
+  PurchaseRequestParams,
+} from './schemas.ts'
+
+/** The one mapping from the table's row to the API's shape. */
+export function toPurchaseRequest(row: PurchaseRequestRow): PurchaseRequestBody {
+  return {
+    id: row.id,
+    organizationId: row.organization_id,
+    createdBy: row.created_by,
+    title: row.title,
+    status: row.status,
+    createdAt: row.created_at.toISOString(),
+    updatedAt: row.updated_at.toISOString(),
+  }
+}
+
+const toHistoryEntry = (row: PurchaseRequestEventRow) => ({
+  action: row.action,
+  fromStatus: row.from_status,
+  toStatus: row.to_status,
+  actorId: row.actor_id,
+  occurredAt: row.occurred_at.toISOString(),
+})
+
+const encodeCursor = (key: PageKey) =>
+  Buffer.from(JSON.stringify([key.createdAt.toISOString(), key.id])).toString('base64url')
+
+function decodeCursor(cursor: string): PageKey {
+  try {
+    const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string]
+    const date = new Date(createdAt)
+    if (typeof id !== 'string' || !/^[0-9a-f-]{36}$/.test(id) || Number.isNaN(date.getTime()))
+      throw new Error()
+    const key = { createdAt: date, id }
+    // Only a cursor exactly as this API wrote it is accepted.
+    if (encodeCursor(key) !== cursor) throw new Error()
+    return key
+  } catch {
+    throw new AppError('VALIDATION_FAILED', 'The cursor is not one this API returned', {
+      extensions: { errors: [{ path: 'querystring.cursor', message: 'is not a valid cursor' }] },
+    })
+  }
+}
+
+const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.addSchema(PurchaseRequest)
+  app.addSchema(HistoryEntry)
+  // Attachments go through the generic file endpoints with resourceType purchase_request (the
+  // binding is in src/features/compose.ts).
+  const service = app.services.purchaseRequests
+  const read = { scope: 'purchase_requests:read' } as const
+  const write = { scope: 'purchase_requests:write' } as const
+  const tags = ['purchase-requests']
+  const one = { 200: PurchaseRequest, ...problemResponses(401, 403, 404, 409) }
+
+  app.post(
+    '',
+    {
+      config: { ...write, idempotent: true },
+      schema: {
+        tags,
+        operationId: 'createPurchaseRequest',
+        summary: "Create a DRAFT purchase request in the caller's organization",
+        body: CreatePurchaseRequest,
+        response: { 201: PurchaseRequest, ...problemResponses(401, 403) },
+      },
+    },
+    async (request, reply) => {
+      const answer = (row: PurchaseRequestRow) => ({
+        status: 201,
+        location: `/api/purchase-requests/${row.id}`,
+        body: toPurchaseRequest(row),
+      })
+      const row = await service.create(
+        requirePrincipal(request),
+        request.body,
+        answerWithEffect(request, reply, answer),
+      )
+      return sendAnswer(reply, answer(row))
+    },
+  )
+
+  app.get(
+    '',
+    {
+      config: read,
+      schema: {
+        tags,
+        operationId: 'listPurchaseRequests',
+        summary: "The caller's organization's purchase requests, newest first (keyset paging)",
+        querystring: ListQuery,
+        response: { 200: PurchaseRequestPage, ...problemResponses(401, 403) },
+      },
+    },
+    async (request) => {
+      const { limit, cursor, status } = request.query
+      const page = await service.list(requirePrincipal(request), {
+        limit: limit ?? 20,
+        status,
+        after: cursor ? decodeCursor(cursor) : undefined,
+      })
+      return {
+        items: page.items.map(toPurchaseRequest),
+        nextCursor: page.next ? encodeCursor(page.next) : null,
+      }
+    },
+  )
+
+  app.get(
+    '/:id',
+    {
+      config: read,
+      schema: {
+        tags,
+        operationId: 'getPurchaseRequest',
+        summary: 'One purchase request (needs can_view)',
+        params: PurchaseRequestParams,
+        response: { 200: PurchaseRequest, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request) => toPurchaseRequest(await service.get(requirePrincipal(request), request.params.id)),
+  )
+
+  app.get(
+    '/:id/history',
+    {
+      config: read,
+      schema: {
+        tags,
+        operationId: 'getPurchaseRequestHistory',
+        summary: 'The audit rows of a purchase request, oldest first',
+        params: PurchaseRequestParams,
+        response: { 200: History, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request) => {
+      const events = await service.history(requirePrincipal(request), request.params.id)
+      return { items: events.map(toHistoryEntry) }
+    },
+  )
+
+  app.post(
+    '/:id/report',
+    {
+      config: write,
+      schema: {
+        tags,
+        operationId: 'createPurchaseRequestReport',
+        summary: 'Generate a one-page PDF summary, stored as a CONFIRMED attachment (needs can_view)',
+        description:
+          'Renders title, status, creator, dates, history and attachment names into an A4 PDF and stores it ' +
+          'through the file service as `purchase-request-<id>.pdf`; download it with the file endpoints. ' +
+          'Needs `can_view`, not the `can_edit` an upload needs: the service produces the bytes from what the ' +
+          'caller may already read. Characters the embedded font (DejaVu Sans) cannot draw, such as CJK or ' +
+          "emoji, are shown as '?'.",
+        params: PurchaseRequestParams,
+        response: { 201: FileRecord, ...problemResponses(401, 403, 404, 413, 503) },
+      },
+    },
+    async (request, reply) => {
+      const file = await service.report(requirePrincipal(request), request.params.id)
+      return reply.code(201).header('location', fileLocation(file.id)).send(toFileRecord(file))
+    },
+  )
+
+  for (const action of ['submit', 'approve'] as const) {
+    app.post(
+      `/:id/${action}`,
+      {
+        config: write,
+        schema: {
+          tags,
+          operationId: `${action}PurchaseRequest`,
+          summary:
+            action === 'submit'
+              ? 'DRAFT → SUBMITTED (the creator or can_edit)'
+              : 'SUBMITTED → APPROVED (can_edit); emails the creator',
+          params: PurchaseRequestParams,
+          response: one,
+        },
+      },
+      async (request) =>
+        toPurchaseRequest(await service.transition(requirePrincipal(request), request.params.id, action)),
+    )
+  }
+}
+
+export default purchaseRequestRoutes

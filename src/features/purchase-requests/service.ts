@@ -1,0 +1,314 @@
+import { randomUUID } from 'node:crypto'
+import type { Kysely } from 'kysely'
+import type { Permissions } from '../../authz/permissions.ts'
+import type { TupleRecorder } from '../../authz/tuples.ts'
+import type { Clock } from '../../clock.ts'
+import { requireTenant } from '../../context.ts'
+import { type AlongWith, inTransaction } from '../../db/database.ts'
+import type { Database } from '../../db/schema.ts'
+import { AppError } from '../../errors.ts'
+import { enqueueMail } from '../../mail/outbox.ts'
+import type { Principal } from '../../principal.ts'
+import { findAccount } from '../accounts/index.ts'
+import type { FileRow, FileService } from '../files/index.ts'
+import { REPORT_CONTENT_TYPE, renderPurchaseRequestReport, reportFileName } from './report.ts'
+import {
+  insertPurchaseRequest,
+  insertPurchaseRequestEvent,
+  listPurchaseRequestEvents,
+  type PageKey,
+  type PurchaseRequestEventRow,
+  type PurchaseRequestRow,
+  purchaseRequestQuery,
+  purchaseRequestsQuery,
+  updatePurchaseRequestStatus,
+} from './repository.ts'
+import {
+  INITIAL_STATUS,
+  nextStatus,
+  type PurchaseRequestAction,
+  type PurchaseRequestStatus,
+} from './workflow.ts'
+
+/** What the service needs from the file feature: listing a resource's files, storing generated ones. */
+export type AttachmentStore = Pick<FileService, 'list' | 'storeGenerated'>
+
+export interface PurchaseRequestDeps {
+  db: Kysely<Database>
+  clock: Clock
+  permissions: Permissions
+  tuples: TupleRecorder
+  files: AttachmentStore
+  /** Base of the link to the request in the approval email (`platform.web.frontend-url`). */
+  frontendUrl: string
+}
+
+export const TITLE_MAX = 255
+
+/** What may be attached to a purchase request: PDF, images, office documents, plain text and CSV. */
+export const ATTACHMENT_CONTENT_TYPES = [
+  'application/pdf',
+  'image/png',
+  'image/jpeg',
+  'image/gif',
+  'image/webp',
+  'application/msword',
+  'application/vnd.openxmlformats-officedocument.wordprocessingml.document',
+  'application/vnd.ms-excel',
+  'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet',
+  'application/vnd.ms-powerpoint',
+  'application/vnd.openxmlformats-officedocument.presentationml.presentation',
+  'application/vnd.oasis.opendocument.text',
+  'application/vnd.oasis.opendocument.spreadsheet',
+  'text/plain',
+  'text/csv',
+] as const
+const CONTROL_CHARACTERS = /\p{Cc}/u
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+const objectOf = (id: string) => `purchase_request:${id}`
+
+/**
+ * The example resource (spec 2.9, 3.1, 4.5). The organization always comes from the request's
+ * tenant context; every read or move is checked against the authorization model; every move is
+ * validated against the workflow and written with its audit row in one transaction guarded on the
+ * current status.
+ */
+export class PurchaseRequests {
+  readonly #deps: PurchaseRequestDeps
+
+  constructor(deps: PurchaseRequestDeps) {
+    this.#deps = deps
+  }
+
+  /** `along` runs in the create's transaction with the new row. */
+  async create(
+    principal: Principal,
+    input: { title: string },
+    along?: AlongWith<PurchaseRequestRow>,
+  ): Promise<PurchaseRequestRow> {
+    const { db, clock, permissions } = this.#deps
+    const organizationId = requireTenant()
+    const title = input.title.trim()
+    // Characters, not UTF-16 units, as the schema and the database count them; no control characters.
+    const length = [...title].length
+    if (length === 0 || length > TITLE_MAX || CONTROL_CHARACTERS.test(title)) {
+      throw new AppError('VALIDATION_FAILED', `The title must be 1 to ${TITLE_MAX} characters`, {
+        extensions: {
+          errors: [
+            {
+              path: 'body.title',
+              message: `must be 1 to ${TITLE_MAX} characters, without control characters`,
+            },
+          ],
+        },
+      })
+    }
+    await permissions.require(principal, 'member', `organization:${organizationId}`)
+    const now = clock.now()
+    const created = await inTransaction(db, async (trx) => {
+      const row = await insertPurchaseRequest(trx, {
+        id: randomUUID(),
+        organizationId,
+        createdBy: principal.id,
+        title,
+        status: INITIAL_STATUS,
+        now,
+      })
+      // Without this tuple not even the creator could read the request (spec 2.12).
+      await this.#deps.tuples.record(
+        trx,
+        [
+          {
+            operation: 'write',
+            subject: `organization:${organizationId}`,
+            relation: 'owner_organization',
+            object: objectOf(row.id),
+          },
+        ],
+        now,
+      )
+      await along?.(trx, row)
+      return row
+    })
+    await this.#deps.tuples.deliver()
+    return created
+  }
+
+  /** 404 for an unknown id, 403 ACCESS_DENIED without `can_view` (another organization's request). */
+  async get(principal: Principal, id: string): Promise<PurchaseRequestRow> {
+    const { db, permissions } = this.#deps
+    // The row and the permission in one round trip with the embedded evaluator.
+    const {
+      rows: [row],
+      allowed,
+    } = await permissions.checkWithRead(
+      principal,
+      'can_view',
+      objectOf(id),
+      db,
+      purchaseRequestQuery(db, id),
+      {
+        ifFound: true,
+      },
+    )
+    if (!row) throw new AppError('NOT_FOUND', 'No such purchase request')
+    if (!allowed) throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
+    return row
+  }
+
+  async list(
+    principal: Principal,
+    options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
+  ): Promise<{ items: PurchaseRequestRow[]; next: PageKey | null }> {
+    const { db, permissions } = this.#deps
+    const organizationId = requireTenant()
+    // The page and the membership in one round trip with the embedded evaluator. One row more than
+    // asked tells whether another page follows.
+    const { rows, allowed } = await permissions.checkWithRead(
+      principal,
+      'member',
+      `organization:${organizationId}`,
+      db,
+      purchaseRequestsQuery(db, organizationId, { ...options, limit: options.limit + 1 }),
+    )
+    if (!allowed) throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
+    const items = rows.slice(0, options.limit)
+    const last = items.at(-1)
+    return {
+      items,
+      next: rows.length > options.limit && last ? { createdAt: last.created_at, id: last.id } : null,
+    }
+  }
+
+  async history(principal: Principal, id: string): Promise<PurchaseRequestEventRow[]> {
+    const row = await this.get(principal, id)
+    return listPurchaseRequestEvents(this.#deps.db, row.organization_id, id)
+  }
+
+  /**
+   * Renders the one-page PDF summary and stores it as a CONFIRMED attachment of the request, in
+   * this one call. Needs `can_view` only, not the `can_edit` an upload needs: the report is a read
+   * of the request, its bytes are produced here from what the caller may already see, so a viewer
+   * adds no content of their own; the file is recorded as created by the caller.
+   */
+  async report(principal: Principal, id: string): Promise<FileRow> {
+    const { db, clock, files } = this.#deps
+    const row = await this.get(principal, id)
+    // The file is stored in the caller's organization: it must be the request's.
+    if (row.organization_id !== requireTenant()) {
+      throw new AppError('ACCESS_DENIED', 'This purchase request belongs to another organization')
+    }
+    const [events, attachments] = await Promise.all([
+      listPurchaseRequestEvents(db, row.organization_id, id),
+      files.list(principal, 'purchase_request', id),
+    ])
+    const names = await this.#displayNames(row.organization_id, [
+      row.created_by,
+      ...events.map((event) => event.actor_id),
+    ])
+    const name = (principalId: string) => names.get(principalId) ?? principalId
+    const bytes = await renderPurchaseRequestReport({
+      id: row.id,
+      title: row.title,
+      status: row.status,
+      creator: name(row.created_by),
+      createdAt: row.created_at,
+      updatedAt: row.updated_at,
+      history: events.map((event) => ({
+        action: event.action,
+        fromStatus: event.from_status,
+        toStatus: event.to_status,
+        actor: name(event.actor_id),
+        occurredAt: event.occurred_at,
+      })),
+      attachments: attachments.map((file) => file.original_file_name),
+      generatedAt: clock.now(),
+    })
+    return files.storeGenerated(principal, {
+      resourceType: 'purchase_request',
+      resourceId: id,
+      fileName: reportFileName(id),
+      contentType: REPORT_CONTENT_TYPE,
+      bytes,
+    })
+  }
+
+  /** The emails of the principals that are accounts of the organization; others keep their id. */
+  async #displayNames(organizationId: string, principalIds: string[]): Promise<Map<string, string>> {
+    // Account ids are UUIDs; anything else is no account and must not reach the uuid column.
+    const candidates = [...new Set(principalIds)].filter((principalId) => UUID.test(principalId))
+    const accounts = await Promise.all(
+      candidates.map((principalId) => findAccount(this.#deps.db, principalId)),
+    )
+    const names = new Map<string, string>()
+    for (const account of accounts) {
+      if (account && account.organization_id === organizationId) names.set(account.id, account.email)
+    }
+    return names
+  }
+
+  /**
+   * Applies a workflow action. Submit needs the creator or `can_edit`, approve needs `can_edit`.
+   * Of two parallel approvals one succeeds; the other finds the status moved and gets 409
+   * INVALID_TRANSITION: one audit row, one email.
+   */
+  async transition(
+    principal: Principal,
+    id: string,
+    action: PurchaseRequestAction,
+  ): Promise<PurchaseRequestRow> {
+    const { db, clock, permissions } = this.#deps
+    const current = await this.get(principal, id)
+    const mayAct =
+      (action === 'submit' && current.created_by === principal.id) ||
+      (await permissions.check(principal, 'can_edit', objectOf(id)))
+    if (!mayAct) throw new AppError('ACCESS_DENIED', `You may not ${action} this purchase request`)
+    const invalid = () =>
+      new AppError(
+        'INVALID_TRANSITION',
+        `${/^[AEIOU]/.test(current.status) ? 'An' : 'A'} ${current.status} purchase request cannot be ${action === 'submit' ? 'submitted' : 'approved'}`,
+      )
+    const to = nextStatus(current.status, action)
+    if (!to) throw invalid()
+    const now = clock.now()
+    return inTransaction(db, async (trx) => {
+      const moved = await updatePurchaseRequestStatus(
+        trx,
+        { organizationId: current.organization_id, id, from: current.status },
+        to,
+        now,
+      )
+      if (!moved) throw invalid()
+      await insertPurchaseRequestEvent(trx, {
+        organization_id: moved.organization_id,
+        purchase_request_id: id,
+        action,
+        from_status: current.status,
+        to_status: to,
+        actor_id: principal.id,
+        occurred_at: now,
+      })
+      if (action === 'approve') {
+        // The creator is emailed when they are a platform account (an API key has no mailbox).
+        const creator = await findAccount(trx, moved.created_by)
+        if (creator) {
+          await enqueueMail(
+            trx,
+            {
+              template: 'purchase_request_approved',
+              to: creator.email,
+              data: {
+                title: moved.title,
+                link: new URL(`/purchase-requests/${id}`, this.#deps.frontendUrl).toString(),
+              },
+              organizationId: moved.organization_id,
+            },
+            now,
+          )
+        }
+      }
+      return moved
+    })
+  }
+}

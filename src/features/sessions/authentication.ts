@@ -1,0 +1,102 @@
+import type { Kysely } from 'kysely'
+import type { Clock } from '../../clock.ts'
+import type { Config } from '../../config.ts'
+import type { Database } from '../../db/schema.ts'
+import { AppError } from '../../errors.ts'
+import type { PasswordHasher } from '../../security/passwords.ts'
+import {
+  type AccountRow,
+  claimLoginAttempt,
+  settleLoginAttempt,
+  updatePasswordHash,
+} from '../accounts/index.ts'
+
+export interface Credentials {
+  username: string
+  password: string
+  otpCode?: string | undefined
+}
+
+export interface AuthenticatedUser {
+  userId: string
+  organizationId: string
+}
+
+/**
+ * Extension point (spec 5.6): turns credentials into a user, or null. It may throw an AppError
+ * (ACCOUNT_LOCKED, OTP_REQUIRED, INVALID_OTP) for a more specific answer. A deployment with its
+ * own user table supplies one through `buildApp(config, { authenticator })`.
+ */
+export interface CredentialAuthenticator {
+  authenticate(credentials: Credentials): Promise<AuthenticatedUser | null>
+}
+
+/** Second-factor check used by the built-in authenticator; the TOTP feature supplies it (src/features/compose.ts). */
+export type SecondFactorCheck = (account: AccountRow, otpCode: string | undefined) => Promise<boolean>
+
+export interface AccountAuthenticatorDeps {
+  db: Kysely<Database>
+  clock: Clock
+  config: Config
+  passwords: PasswordHasher
+  /** The second factor (the TOTP feature); without one, a right password is enough. */
+  secondFactor?: SecondFactorCheck | undefined
+}
+
+/**
+ * The built-in authenticator on the account table. Every attempt first claims a slot in one
+ * statement (src/features/accounts/repository.ts `claimLoginAttempt`), counted as failed until the password
+ * proves right, so parallel attempts can neither get more than the allowed verifications nor clear
+ * a lock that a parallel failure set. Unknown, deactivated and wrong-password logins run the same
+ * statements and one argon2 verification each, and get the same answer.
+ */
+export class AccountAuthenticator implements CredentialAuthenticator {
+  readonly #deps: AccountAuthenticatorDeps
+
+  constructor(deps: AccountAuthenticatorDeps) {
+    this.#deps = deps
+  }
+
+  async authenticate({ username, password, otpCode }: Credentials): Promise<AuthenticatedUser | null> {
+    const { db, clock, config, passwords } = this.#deps
+    const now = clock.now()
+    const { maxAttempts, durationMinutes } = config.auth.lockout
+    const lockedUntil = new Date(now.getTime() + durationMinutes * 60_000)
+    const claimed = await claimLoginAttempt(db, username.trim(), now, maxAttempts, lockedUntil)
+    if (!claimed) {
+      await passwords.verifyNothing(password)
+      return null
+    }
+    // A locked account gets no verification at all: its attempts cost no hash and reveal nothing.
+    if (claimed.wasLocked) throw locked(claimed.account.locked_until ?? lockedUntil, now)
+    const { account } = claimed
+    // A wrong password (or, below, a wrong code) stays counted as the claim counted it.
+    if (!(await passwords.verify(account.password_hash, password))) return null
+    if (this.#deps.secondFactor) {
+      let passed: boolean
+      try {
+        passed = await this.#deps.secondFactor(account, otpCode)
+      } catch (error) {
+        // OTP_REQUIRED: the password was right and no code was tried, so the attempt is given back.
+        if (error instanceof AppError && error.code === 'OTP_REQUIRED') {
+          if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'refund')))
+            throw locked(lockedUntil, now)
+        }
+        throw error
+      }
+      if (!passed) throw new AppError('INVALID_OTP', 'The one-time password is not valid')
+    }
+    // A burst past the limit locks the account for good: then even the right password is refused.
+    if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear'))) throw locked(lockedUntil, now)
+    if (passwords.needsRehash(account.password_hash)) {
+      await updatePasswordHash(db, account.id, await passwords.hash(password), now)
+    }
+    return { userId: account.id, organizationId: account.organization_id }
+  }
+}
+
+/** ACCOUNT_LOCKED with Retry-After: the seconds until the lock ends (decisions 7). */
+const locked = (until: Date, now: Date) =>
+  new AppError('ACCOUNT_LOCKED', 'The account is temporarily locked after too many failed attempts', {
+    headers: { 'retry-after': String(Math.max(1, Math.ceil((until.getTime() - now.getTime()) / 1000))) },
+  })

@@ -1,0 +1,20 @@
+// The sessions feature: sign-in, refresh rotation, logout and the user's session list under
+// /api/auth, the built-in credential check, session versions and the new-device notice.
+import type { FastifyInstance } from 'fastify'
+import type { Tx } from '../../db/schema.ts'
+import { revokeSessions } from './repository.ts'
+import sessionRoutes from './routes.ts'
+
+export { AccountAuthenticator, type CredentialAuthenticator } from './authentication.ts'
+export { NewDeviceNotice } from './new-device-notice.ts'
+export { SessionService } from './service.ts'
+export { accountSessionVersions, type SessionVersionProvider } from './session-version.ts'
+
+/** Ends every active session of an account, in the caller's transaction. */
+export function endUserSessions(trx: Tx, userId: string, now: Date, reason: string): Promise<string[]> {
+  return revokeSessions(trx, { userId }, now, reason)
+}
+
+export default async function sessionsFeature(app: FastifyInstance) {
+  await app.register(sessionRoutes, { prefix: '/api/auth' })
+}

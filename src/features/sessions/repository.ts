@@ -1,0 +1,144 @@
+import { type Selectable, sql } from 'kysely'
+import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../../db/schema.ts'
+
+export type SessionRow = Selectable<SessionTable>
+export type RefreshTokenRow = Selectable<RefreshTokenTable>
+
+/**
+ * A new session and its first refresh token, in one statement (a data-modifying CTE): both exist
+ * or neither does, with one round trip instead of BEGIN, two inserts and COMMIT.
+ */
+export async function insertSessionWithRefreshToken(
+  db: Executor,
+  values: {
+    userId: string
+    organizationId: string
+    now: Date
+    expiresAt: Date
+    userAgent: string | null
+    ipAddress: string | null
+    tokenHash: string
+    refreshExpiresAt: Date
+  },
+): Promise<SessionRow> {
+  return db
+    .with('session', (w) =>
+      w
+        .insertInto('sessions')
+        .values({
+          user_id: values.userId,
+          organization_id: values.organizationId,
+          created_at: values.now,
+          last_used_at: values.now,
+          expires_at: values.expiresAt,
+          user_agent: values.userAgent,
+          ip_address: values.ipAddress,
+        })
+        .returningAll(),
+    )
+    .with('token', (w) =>
+      w
+        .insertInto('refresh_tokens')
+        .columns(['session_id', 'token_hash', 'created_at', 'expires_at'])
+        .expression((eb) =>
+          eb
+            .selectFrom('session')
+            .select([
+              'session.id',
+              sql.val(values.tokenHash).as('token_hash'),
+              sql.val(values.now).as('created_at'),
+              sql.val(values.refreshExpiresAt).as('expires_at'),
+            ]),
+        ),
+    )
+    .selectFrom('session')
+    .selectAll()
+    .executeTakeFirstOrThrow()
+}
+
+/**
+ * The rotation of a refresh token in one statement: claims the token if it is active and its
+ * session is live, inserts its successor (expiring at `now + ttlSeconds`, never after the session)
+ * and touches the session. Of any number of concurrent callers with one token exactly one gets the
+ * session back: the row lock serialises them and the others no longer match `rotated_at is null`.
+ * Nothing changes when the token or its session cannot be used (no row comes back).
+ */
+export async function rotateRefreshToken(
+  db: Executor,
+  rotation: { tokenHash: string; nextHash: string; now: Date; ttlSeconds: number },
+): Promise<(SessionRow & { refresh_expires_at: Date }) | undefined> {
+  const { tokenHash, nextHash, now, ttlSeconds } = rotation
+  const { rows } = await sql<SessionRow & { refresh_expires_at: Date }>`
+    with claimed as (
+      update refresh_tokens t set rotated_at = ${now}
+      from sessions s
+      where t.token_hash = ${tokenHash} and t.rotated_at is null and t.revoked_at is null
+        and t.expires_at > ${now} and s.id = t.session_id and s.revoked_at is null and s.expires_at > ${now}
+      returning s.*, least(${now}::timestamptz + make_interval(secs => ${ttlSeconds}), s.expires_at) as refresh_expires_at
+    ), successor as (
+      insert into refresh_tokens (session_id, token_hash, created_at, expires_at)
+      select id, ${nextHash}, ${now}, refresh_expires_at from claimed
+      returning session_id
+    ), touched as (
+      update sessions set last_used_at = ${now} where id in (select session_id from successor)
+    )
+    select * from claimed`.execute(db)
+  return rows[0]
+}
+
+export function findRefreshToken(db: Executor, tokenHash: string): Promise<RefreshTokenRow | undefined> {
+  return db.selectFrom('refresh_tokens').selectAll().where('token_hash', '=', tokenHash).executeTakeFirst()
+}
+
+export function findSession(db: Executor, id: string): Promise<SessionRow | undefined> {
+  return db.selectFrom('sessions').selectAll().where('id', '=', id).executeTakeFirst()
+}
+
+/** Revokes sessions (and all their refresh tokens) that are still active; returns their ids. */
+export async function revokeSessions(
+  db: Tx,
+  where: { sessionId?: string; userId?: string },
+  now: Date,
+  reason: string,
+): Promise<string[]> {
+  let query = db
+    .updateTable('sessions')
+    .set({ revoked_at: now, revoked_reason: reason })
+    .where('revoked_at', 'is', null)
+  if (where.sessionId) query = query.where('id', '=', where.sessionId)
+  if (where.userId) query = query.where('user_id', '=', where.userId)
+  const revoked = await query.returning('id').execute()
+  const ids = revoked.map((row) => row.id)
+  if (ids.length > 0) {
+    await db
+      .updateTable('refresh_tokens')
+      .set({ revoked_at: now })
+      .where('session_id', 'in', ids)
+      .where('revoked_at', 'is', null)
+      .execute()
+  }
+  return ids
+}
+
+/**
+ * The user's sessions that can still be refreshed: not revoked and holding an unexpired, unused
+ * refresh token. `refresh_expires_at` is when the session ends unless it is refreshed.
+ */
+export function listActiveSessions(
+  db: Executor,
+  userId: string,
+  now: Date,
+): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
+  return db
+    .selectFrom('sessions')
+    .innerJoin('refresh_tokens', 'refresh_tokens.session_id', 'sessions.id')
+    .selectAll('sessions')
+    .select('refresh_tokens.expires_at as refresh_expires_at')
+    .where('sessions.user_id', '=', userId)
+    .where('sessions.revoked_at', 'is', null)
+    .where('refresh_tokens.rotated_at', 'is', null)
+    .where('refresh_tokens.revoked_at', 'is', null)
+    .where('refresh_tokens.expires_at', '>', now)
+    .orderBy('sessions.created_at', 'desc')
+    .execute()
+}

@@ -1,0 +1,235 @@
+// The user session endpoints of spec 4.1: login, refresh, logout, logout-all and session management.
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
+import { AppError, problemResponses } from '../../errors.ts'
+import { requireUser } from '../../principal.ts'
+import { clearSessionCookies, setSessionCookies } from './cookies.ts'
+import {
+  LoginRequest,
+  NoContent,
+  ServiceTokenRequest,
+  ServiceTokenResponse,
+  SessionItem,
+  SessionList,
+  SessionParams,
+  SessionResponse,
+} from './schemas.ts'
+import type { IssuedSession } from './service.ts'
+
+const sessionResponse = (session: IssuedSession) => ({
+  userId: session.userId,
+  organizationId: session.organizationId,
+  sessionId: session.sessionId,
+})
+
+/**
+ * A response that sets the session cookies (spec 3.1): the access cookie (path `/`) and the refresh
+ * cookie (path `/api/auth`), both httpOnly; clients never read them.
+ */
+function withSessionCookies<T extends { description?: string }>(schema: T) {
+  return {
+    description: schema.description ?? 'Signed in',
+    headers: {
+      'Set-Cookie': {
+        type: 'string',
+        description:
+          'The httpOnly access-token cookie (path /) and refresh-token cookie (path /api/auth), SameSite and Secure as configured (platform.auth.cookie.*)',
+      },
+    },
+    content: { 'application/json': { schema } },
+  }
+}
+
+const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.addSchema(SessionItem)
+  const { config, clock } = app
+  const refreshCookie = config.auth.cookie.refreshTokenName
+
+  app.post(
+    '/login',
+    {
+      config: {
+        public: true,
+        // Checked before any password hash is computed. The per-account limit counts every attempt;
+        // the per-IP one counts failures only, so an office behind one address can sign in (decisions 7).
+        rateLimit: [
+          { name: 'login:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60, failuresOnly: true },
+          {
+            name: 'login:account',
+            by: { field: 'username', caseless: true },
+            max: 'loginPerMinute',
+            windowSeconds: 60,
+          },
+        ],
+      },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'login',
+        summary: 'Sign in with email and password (and OTP code when enabled); sets the session cookies',
+        body: LoginRequest,
+        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429) },
+      },
+    },
+    async (request, reply) => {
+      const { username, password, otpCode } = request.body
+      const user = await app.services.authenticator.authenticate({ username, password, otpCode })
+      if (!user) throw new AppError('INVALID_CREDENTIALS', 'The email or password is not correct')
+      const client = { userAgent: request.headers['user-agent'] ?? null, ipAddress: request.ip }
+      const session = await app.services.sessions.start(user, client)
+      app.background.run('new-device-check', () => app.services.newDeviceNotice.onLogin(user.userId, client))
+      setSessionCookies(reply, config, session, clock.now())
+      return sessionResponse(session)
+    },
+  )
+
+  app.post(
+    '/refresh',
+    {
+      config: {
+        public: true,
+        rateLimit: [{ name: 'refresh:ip', by: 'ip', max: 'refreshPerMinute', windowSeconds: 60 }],
+      },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'refresh',
+        summary: 'Rotate the refresh token and issue a new access token; restores the session at start-up',
+        description:
+          'Each refresh token is single use. Presenting a rotated token again revokes its whole session ' +
+          '(401 REFRESH_TOKEN_REUSED). Clients serialise refreshes.',
+        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429, 503) },
+      },
+    },
+    async (request, reply) => {
+      try {
+        const session = await app.services.sessions.refresh(request.cookies[refreshCookie])
+        setSessionCookies(reply, config, session, clock.now())
+        return sessionResponse(session)
+      } catch (error) {
+        if (error instanceof AppError && error.status === 401) clearSessionCookies(reply, config)
+        throw error
+      }
+    },
+  )
+
+  app.post(
+    '/service-token',
+    {
+      config: {
+        public: true,
+        rateLimit: [
+          { name: 'service-token:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 },
+          {
+            name: 'service-token:client',
+            by: { field: 'clientId' },
+            max: 'loginPerMinute',
+            windowSeconds: 60,
+          },
+        ],
+      },
+      schema: {
+        tags: ['service-accounts'],
+        operationId: 'serviceToken',
+        summary: 'Client-credentials grant for backends: a bearer token with the service audience',
+        body: ServiceTokenRequest,
+        response: { 200: ServiceTokenResponse, ...problemResponses(401, 429) },
+      },
+    },
+    async (request, reply) => {
+      const { clientId, clientSecret } = request.body
+      const issued = await app.services.serviceAccounts.issueToken(clientId, clientSecret)
+      reply.header('cache-control', 'no-store')
+      return {
+        accessToken: issued.token,
+        tokenType: 'Bearer' as const,
+        expiresInSeconds: issued.expiresInSeconds,
+      }
+    },
+  )
+
+  app.post(
+    '/logout',
+    {
+      config: { public: true },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'logout',
+        summary: 'Revoke the session of the presented refresh cookie and clear the cookies',
+        response: {
+          204: {
+            type: 'null',
+            description: 'Signed out; both cookies are cleared',
+            headers: { 'Set-Cookie': { type: 'string', description: 'Expires both session cookies' } },
+          },
+        },
+      },
+    },
+    async (request, reply) => {
+      await app.services.sessions.logout(request.cookies[refreshCookie])
+      clearSessionCookies(reply, config)
+      return reply.code(204).send(null)
+    },
+  )
+
+  app.post(
+    '/logout-all',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'logoutAll',
+        summary: 'Revoke every session of the signed-in user',
+        response: { 204: NoContent, ...problemResponses(401, 403) },
+      },
+    },
+    async (request, reply) => {
+      const user = requireUser(request)
+      await app.services.sessions.logoutAll(user.userId)
+      clearSessionCookies(reply, config)
+      return reply.code(204).send(null)
+    },
+  )
+
+  app.get(
+    '/sessions',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'listSessions',
+        summary: "The signed-in user's active sessions",
+        response: { 200: SessionList, ...problemResponses(401, 403) },
+      },
+    },
+    async (request) => {
+      const user = requireUser(request)
+      const sessions = await app.services.sessions.list(user.userId)
+      return sessions.map((s) => ({
+        sessionId: s.id,
+        createdAt: s.created_at.toISOString(),
+        lastUsedAt: s.last_used_at.toISOString(),
+        expiresAt: s.refresh_expires_at.toISOString(),
+        userAgent: s.user_agent,
+        ipAddress: s.ip_address,
+        current: s.id === user.sessionId,
+      }))
+    },
+  )
+
+  app.delete(
+    '/sessions/:sessionId',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'revokeSession',
+        summary: "Revoke one of the signed-in user's sessions",
+        params: SessionParams,
+        response: { 204: NoContent, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request, reply) => {
+      const user = requireUser(request)
+      await app.services.sessions.revoke(user.userId, request.params.sessionId)
+      if (request.params.sessionId === user.sessionId) clearSessionCookies(reply, config)
+      return reply.code(204).send(null)
+    },
+  )
+}
+
+export default authRoutes

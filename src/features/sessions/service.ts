@@ -1,0 +1,200 @@
+import type { Kysely } from 'kysely'
+import type { Clock } from '../../clock.ts'
+import type { Config } from '../../config.ts'
+import { inTransaction } from '../../db/database.ts'
+import type { Database } from '../../db/schema.ts'
+import { AppError } from '../../errors.ts'
+import type { EventBus } from '../../events.ts'
+import { type AccessTokens, type IssuedToken, newOpaqueToken, sha256 } from '../../security/tokens.ts'
+import {
+  findRefreshToken,
+  findSession,
+  insertSessionWithRefreshToken,
+  listActiveSessions,
+  revokeSessions,
+  rotateRefreshToken,
+  type SessionRow,
+} from './repository.ts'
+import type { SessionVersionProvider } from './session-version.ts'
+
+export interface IssuedSession {
+  userId: string
+  organizationId: string
+  sessionId: string
+  accessToken: IssuedToken
+  refreshToken: { raw: string; expiresAt: Date }
+}
+
+export interface ClientInfo {
+  userAgent: string | null
+  ipAddress: string | null
+}
+
+export interface SessionServiceDeps {
+  db: Kysely<Database>
+  clock: Clock
+  config: Config
+  tokens: AccessTokens
+  events: EventBus
+  versions: SessionVersionProvider | null
+}
+
+const USER_AGENT_MAX = 512
+
+/**
+ * A failure while rotating is not reuse (decisions 6): anything but a deliberate AppError answers
+ * 503 and, the transaction having rolled back, leaves the session as it was.
+ */
+async function unavailableOnFailure<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work()
+  } catch (error) {
+    if (error instanceof AppError) throw error
+    throw new AppError('SERVICE_UNAVAILABLE', 'The session could not be refreshed; retry', {
+      cause: error,
+      headers: { 'retry-after': '1' },
+    })
+  }
+}
+
+const addSeconds = (date: Date, seconds: number) => new Date(date.getTime() + seconds * 1000)
+const earliest = (a: Date, b: Date) => (a.getTime() <= b.getTime() ? a : b)
+
+/**
+ * User sessions: one row per login, with a chain of single-use refresh tokens. Rotation is strict
+ * (spec 3.2): presenting a rotated token again revokes the whole session. A session never outlives
+ * `platform.auth.session.absolute-ttl` from its login, however often it is refreshed.
+ */
+export class SessionService {
+  readonly #deps: SessionServiceDeps
+
+  constructor(deps: SessionServiceDeps) {
+    this.#deps = deps
+  }
+
+  async #accessToken(session: Pick<SessionRow, 'id' | 'user_id' | 'organization_id'>): Promise<IssuedToken> {
+    const version = (await this.#deps.versions?.currentVersion(session.user_id)) ?? 0
+    return this.#deps.tokens.issueUserToken({
+      sub: session.user_id,
+      sid: session.id,
+      org: session.organization_id,
+      ver: version,
+    })
+  }
+
+  async start(user: { userId: string; organizationId: string }, client: ClientInfo): Promise<IssuedSession> {
+    const { db, clock, config } = this.#deps
+    const now = clock.now()
+    const refresh = newOpaqueToken()
+    const expiresAt = addSeconds(now, config.auth.session.absoluteTtl)
+    const session = await insertSessionWithRefreshToken(db, {
+      userId: user.userId,
+      organizationId: user.organizationId,
+      now,
+      expiresAt,
+      userAgent: client.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
+      ipAddress: client.ipAddress,
+      tokenHash: refresh.hash,
+      refreshExpiresAt: this.#refreshExpiry(now, expiresAt),
+    })
+    return this.#issued(session, refresh.raw, this.#refreshExpiry(now, session.expires_at))
+  }
+
+  #refreshExpiry(now: Date, sessionExpiresAt: Date): Date {
+    return earliest(addSeconds(now, this.#deps.config.auth.refreshToken.ttl), sessionExpiresAt)
+  }
+
+  async #issued(session: SessionRow, rawRefresh: string, refreshExpiresAt: Date): Promise<IssuedSession> {
+    return {
+      userId: session.user_id,
+      organizationId: session.organization_id,
+      sessionId: session.id,
+      accessToken: await this.#accessToken(session),
+      refreshToken: { raw: rawRefresh, expiresAt: refreshExpiresAt },
+    }
+  }
+
+  /**
+   * Rotates a refresh token. Exactly one of any number of concurrent calls with one token succeeds.
+   * A database failure inside the rotation rolls it back and answers 503: the token stays usable.
+   */
+  async refresh(rawToken: string | undefined): Promise<IssuedSession> {
+    if (!rawToken) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
+    const { db, clock } = this.#deps
+    const now = clock.now()
+    const tokenHash = sha256(rawToken)
+    const next = newOpaqueToken()
+    // One statement: claim, successor and touch commit together or not at all.
+    const rotated = await unavailableOnFailure(() =>
+      rotateRefreshToken(db, {
+        tokenHash,
+        nextHash: next.hash,
+        now,
+        ttlSeconds: this.#deps.config.auth.refreshToken.ttl,
+      }),
+    )
+    if (rotated) return this.#issued(rotated, next.raw, rotated.refresh_expires_at)
+    return this.#rejectUnclaimed(tokenHash, now)
+  }
+
+  async #rejectUnclaimed(tokenHash: string, now: Date): Promise<never> {
+    const { db, events } = this.#deps
+    const reuse = await unavailableOnFailure(async () => {
+      const token = await findRefreshToken(db, tokenHash)
+      if (!token?.rotated_at) return null
+      return inTransaction(db, async (trx) => {
+        const revoked = await revokeSessions(
+          trx,
+          { sessionId: token.session_id },
+          now,
+          'refresh_token_reuse_detected',
+        )
+        const session = await findSession(trx, token.session_id)
+        return { revokedNow: revoked.length > 0, userId: session?.user_id }
+      })
+    })
+    if (!reuse)
+      throw new AppError('REFRESH_TOKEN_INVALID', 'The refresh token is unknown, expired or revoked')
+    // One event per incident: later presentations of tokens of an already revoked session publish nothing.
+    if (reuse.revokedNow && reuse.userId) {
+      await events.publish('UserSessionsRevokedEvent', {
+        userId: reuse.userId,
+        reason: 'refresh_token_reuse_detected',
+      })
+    }
+    throw new AppError(
+      'REFRESH_TOKEN_REUSED',
+      'This refresh token was already used; the session has been revoked',
+    )
+  }
+
+  /** Revokes the session a refresh token belongs to (in any state); unknown tokens are ignored. */
+  async logout(rawToken: string | undefined): Promise<void> {
+    if (!rawToken) return
+    const { db, clock } = this.#deps
+    const token = await findRefreshToken(db, sha256(rawToken))
+    if (!token) return
+    await inTransaction(db, (trx) =>
+      revokeSessions(trx, { sessionId: token.session_id }, clock.now(), 'logout'),
+    )
+  }
+
+  async logoutAll(userId: string): Promise<void> {
+    const { db, clock, events } = this.#deps
+    await inTransaction(db, (trx) => revokeSessions(trx, { userId }, clock.now(), 'logout_all'))
+    await events.publish('UserSessionsRevokedEvent', { userId, reason: 'logout_all' })
+  }
+
+  list(userId: string): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
+    return listActiveSessions(this.#deps.db, userId, this.#deps.clock.now())
+  }
+
+  /** Revokes one of the user's own sessions; another user's or an unknown id is 404. */
+  async revoke(userId: string, sessionId: string): Promise<void> {
+    const { db, clock } = this.#deps
+    const revoked = await inTransaction(db, (trx) =>
+      revokeSessions(trx, { sessionId, userId }, clock.now(), 'revoked_by_user'),
+    )
+    if (revoked.length === 0) throw new AppError('NOT_FOUND', 'No such active session')
+  }
+}

@@ -1,0 +1,94 @@
+// Decorates `request.principal`, resolved in onRequest from the request's credential, and is the
+// one authentication guard: every route is guarded by its matched config: `public` routes are
+// open, all others need a principal, and machine principals need the route's declared scope.
+// Unknown paths answer 401 to unauthenticated callers, so the route map is not visible without
+// credentials. Needs config and services.
+//
+// One principal per request:
+// - an API-key header or an Authorization header is an explicit credential and wins over the
+//   ambient access cookie, which is then ignored; an invalid explicit credential leaves the request
+//   unauthenticated (it never falls back to the cookie);
+// - both an API key and an Authorization header: ambiguous, the request is unauthenticated;
+// - Authorization accepts only `Bearer <service token>`: a user token sent as a bearer token has
+//   the user audience and is not accepted, and a service token is never accepted from the cookie.
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { AppError } from '../errors.ts'
+import type { Principal } from '../principal.ts'
+import type { Scope } from '../scopes.ts'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null
+  }
+  interface FastifyContextConfig {
+    /** Open at the security-chain level: no principal needed, no scope checked. */
+    public?: boolean
+    /** The scope a machine principal needs; non-public routes without one are for users only. */
+    scope?: Scope
+  }
+}
+
+async function authPlugin(app: FastifyInstance) {
+  const { config } = app
+  const { tokens, apiKeys, serviceAccounts, sessionVersions: versions } = app.services
+  app.decorateRequest('principal', null)
+
+  const accessCookie = config.auth.cookie.accessTokenName
+  const apiKeyHeader = config.auth.apiKey.headerName.toLowerCase()
+
+  async function userFromCookie(request: FastifyRequest): Promise<Principal | null> {
+    const token = request.cookies[accessCookie]
+    if (!token) return null
+    const claims = tokens.verifyUserToken(token)
+    if (!claims) return null
+    if (versions) {
+      const current = await versions.currentVersion(claims.sub)
+      if (current !== null && current !== claims.ver) return null
+    }
+    return {
+      type: 'USER',
+      id: claims.sub,
+      userId: claims.sub,
+      organizationId: claims.org,
+      sessionId: claims.sid,
+    }
+  }
+
+  async function resolvePrincipal(request: FastifyRequest): Promise<Principal | null> {
+    const apiKey = request.headers[apiKeyHeader]
+    const authorization = request.headers.authorization
+    if (apiKey !== undefined && authorization !== undefined) return null
+    if (apiKey !== undefined) return typeof apiKey === 'string' ? apiKeys.resolve(apiKey) : null
+    if (authorization !== undefined) {
+      const bearer = /^Bearer ([A-Za-z0-9._~+/=-]+)$/i.exec(authorization)?.[1]
+      return bearer ? serviceAccounts.resolveBearer(bearer) : null
+    }
+    return userFromCookie(request)
+  }
+
+  // The guard decides from the route the router matched (its `public` and `scope` config), never
+  // from the request text: `/%61pi/…`, `/ap%69/…` and absolute-form targets reach the same route
+  // and so meet the same rule. Deny by default: a route is open only when it says `public: true`,
+  // and a machine principal needs the scope the route declares (none declared: users only). An
+  // unmatched request is treated as protected, so without credentials no path, known or not,
+  // answers differently from another: the route map stays hidden.
+  app.addHook('onRequest', async (request) => {
+    const principal = await resolvePrincipal(request)
+    request.principal = principal
+    const route = request.routeOptions.config
+    const matched = !request.is404
+    if (matched && route.public) return
+    if (!principal) throw new AppError('AUTHENTICATION_REQUIRED', 'This endpoint requires authentication')
+    if (matched && principal.type !== 'USER' && !(route.scope && principal.scopes.has(route.scope))) {
+      throw new AppError(
+        'INSUFFICIENT_SCOPE',
+        route.scope
+          ? `This endpoint needs the scope ${route.scope}`
+          : 'This endpoint is for signed-in users only',
+      )
+    }
+  })
+}
+
+export default fp(authPlugin, { name: 'auth', fastify: '5.x', dependencies: ['config', 'services'] })

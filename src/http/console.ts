@@ -1,0 +1,51 @@
+// The demo console at `/` (npm run dev, decisions 7): a plain page built on the typed client
+// (client/), bundled with esbuild when the plugin starts. Never registered under production.
+import { readFile } from 'node:fs/promises'
+import path from 'node:path'
+import { build } from 'esbuild'
+import type { FastifyInstance } from 'fastify'
+
+const ROOT = path.resolve(import.meta.dirname, '../../console')
+
+async function consolePlugin(app: FastifyInstance) {
+  const [page, styles, bundle] = await Promise.all([
+    readFile(path.join(ROOT, 'index.html'), 'utf8'),
+    readFile(path.join(ROOT, 'app.css'), 'utf8'),
+    build({
+      entryPoints: [path.join(ROOT, 'src/main.ts')],
+      bundle: true,
+      format: 'esm',
+      target: 'es2022',
+      minify: true,
+      write: false,
+      logLevel: 'silent',
+    }),
+  ])
+  const script = bundle.outputFiles[0]?.text ?? ''
+  const route = { config: { public: true }, schema: { hide: true } }
+  // The API's policy is `default-src 'none'`; the page may load its own script and styles, show
+  // the QR code's inline SVG, and call the service and the object store (uploads go there).
+  const { endpoint, publicEndpoint } = app.config.storage.s3
+  const store = new URL(publicEndpoint ?? endpoint).origin
+  const policy = [
+    "default-src 'none'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self' data:",
+    `connect-src 'self' ${store}`,
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+    "base-uri 'none'",
+  ].join('; ')
+  app.get('/', route, (_request, reply) =>
+    reply.type('text/html; charset=utf-8').header('content-security-policy', policy).send(page),
+  )
+  app.get('/console/app.css', route, (_request, reply) =>
+    reply.type('text/css; charset=utf-8').header('cache-control', 'no-cache').send(styles),
+  )
+  app.get('/console/app.js', route, (_request, reply) =>
+    reply.type('text/javascript; charset=utf-8').header('cache-control', 'no-cache').send(script),
+  )
+}
+
+export default consolePlugin

@@ -1,0 +1,102 @@
+import type { Kysely } from 'kysely'
+import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
+import type { Database } from '../db/schema.ts'
+import { AppError } from '../errors.ts'
+import type { RetentionRule } from '../housekeeping/runner.ts'
+import { deleteRateLimitsBefore, hitRateLimit, unhitRateLimit } from './rate-limit-store.ts'
+
+/**
+ * A limit as a route declares it (route config `rateLimit`), enforced before the handler runs by
+ * src/http/rate-limits.ts. The counter is `<name>:<value>`, the value being the client address or a
+ * body field.
+ */
+export interface RateLimitRule {
+  name: string
+  /** What is counted: the client address, or a body field (`caseless`: trimmed and lower-cased, for emails). */
+  by: 'ip' | { field: string; caseless?: boolean }
+  /** The configured allowance (platform.auth.rate-limit.*). */
+  max: keyof Config['auth']['rateLimit']
+  windowSeconds: number
+  /** Only failures count: a successful request gives its hit back (the per-IP login limit, decisions 7). */
+  failuresOnly?: boolean
+}
+
+/** The concrete limits of a request under the route's rules. */
+export function limitsFor(
+  rules: readonly RateLimitRule[],
+  config: Config,
+  request: { ip: string; body?: unknown },
+): Limit[] {
+  return rules.map((rule) => {
+    let value = request.ip
+    if (rule.by !== 'ip') {
+      const field = String((request.body as Record<string, unknown> | undefined)?.[rule.by.field] ?? '')
+      value = rule.by.caseless ? field.trim().toLowerCase() : field
+    }
+    return {
+      key: `${rule.name}:${value}`,
+      max: config.auth.rateLimit[rule.max],
+      windowSeconds: rule.windowSeconds,
+    }
+  })
+}
+
+export interface Limit {
+  /** Counter name, e.g. `login:ip:203.0.113.9`. */
+  key: string
+  max: number
+  windowSeconds: number
+}
+
+/**
+ * Fixed-window limits stored in PostgreSQL, so every instance on the database shares them. Each
+ * limit is counted (one statement each) and the first exceeded one answers 429 RATE_LIMITED with
+ * Retry-After. Callers check limits before any expensive work such as hashing a password.
+ */
+export async function enforceRateLimits(
+  db: Kysely<Database>,
+  clock: Clock,
+  limits: Limit[],
+): Promise<CountedHit[]> {
+  const now = clock.now().getTime()
+  const counted: CountedHit[] = []
+  for (const limit of limits) {
+    const windowMs = limit.windowSeconds * 1000
+    const windowStart = Math.floor(now / windowMs) * windowMs
+    const count = await hitRateLimit(db, limit.key, new Date(windowStart))
+    counted.push({ key: limit.key, windowStart: new Date(windowStart) })
+    if (count > limit.max) {
+      const retryAfter = Math.max(1, Math.ceil((windowStart + windowMs - now) / 1000))
+      throw new AppError('RATE_LIMITED', 'Too many attempts; try again later', {
+        headers: { 'retry-after': String(retryAfter) },
+      })
+    }
+  }
+  return counted
+}
+
+/** A hit counted by `enforceRateLimits`, which a limit that counts only failures may give back. */
+export interface CountedHit {
+  key: string
+  windowStart: Date
+}
+
+/**
+ * Gives back hits of limits that count failures only (the per-IP login limit, decisions 7): each
+ * attempt is counted before the expensive work, so parallel attempts cannot pass the limit, and a
+ * success takes its hit back. A window that has rolled over since keeps its count.
+ */
+export async function giveBack(db: Kysely<Database>, hits: CountedHit[]): Promise<void> {
+  for (const hit of hits) await unhitRateLimit(db, hit.key, hit.windowStart)
+}
+
+/** The longest window any limit uses (the per-account reset limit: one hour). */
+export const LONGEST_WINDOW_SECONDS = 3600
+
+/** Retention: a counter whose window has passed counts nothing any more (issue 11 item 12). */
+export const rateLimitRetention: RetentionRule = {
+  name: 'rate_limits',
+  sweep: (db, now) =>
+    deleteRateLimitsBefore(db, new Date(now.getTime() - LONGEST_WINDOW_SECONDS * 1000), 500),
+}

@@ -1,0 +1,66 @@
+// Decorates `app.mail` (enqueue into the outbox, the delivery worker, the transport, the template
+// registry); needs config and db. The worker starts when the app is ready and stops on close.
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { jwtSecrets } from '../config.ts'
+import { enqueueMail, MailOutboxWorker, mailOutboxBox, type SealedMailData, sealMailData } from './outbox.ts'
+import { MailTemplates } from './templates.ts'
+import { createMailTransport, type MailTransport } from './transports.ts'
+
+export interface Mail {
+  /** Writes a message to the outbox in the caller's transaction (`enqueueMail`). */
+  enqueue: typeof enqueueMail
+  /** Seals template data that carries a secret (a one-time token link) for the outbox. */
+  seal(data: Record<string, unknown>): SealedMailData
+  worker: MailOutboxWorker
+  transport: MailTransport
+  /** Features install send-time subject resolvers here (`templates.resolveSubject`). */
+  templates: MailTemplates
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    mail: Mail
+  }
+}
+
+export interface MailPluginOptions {
+  /** A transport owned by the caller (tests); the app then does not close it. */
+  transport?: MailTransport
+  /** false: no polling; the caller drives `app.mail.worker.runOnce()` (tests, one-shot CLI commands). */
+  startWorker?: boolean
+}
+
+async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
+  const owned = options.transport === undefined
+  const transport = options.transport ?? createMailTransport(app.config, app.log)
+  const templates = new MailTemplates()
+  const box = mailOutboxBox(jwtSecrets(app.config))
+  const worker = new MailOutboxWorker({
+    box,
+    db: app.db,
+    transport,
+    clock: app.clock,
+    from: app.config.mail.from,
+    log: app.log.child({ component: 'mail' }),
+    templates,
+    listen: app.database.listen,
+  })
+  app.decorate('mail', {
+    enqueue: enqueueMail,
+    seal: (data) => sealMailData(box, data),
+    worker,
+    transport,
+    templates,
+  })
+
+  if (options.startWorker !== false) {
+    app.addHook('onReady', () => worker.start())
+  }
+  app.addHook('onClose', async () => {
+    await worker.stop()
+    if (owned) await transport.close()
+  })
+}
+
+export default fp(mailPlugin, { name: 'mail', fastify: '5.x', dependencies: ['config', 'db'] })
