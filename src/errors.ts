@@ -66,6 +66,14 @@ export class AppError extends Error {
   }
 }
 
+/**
+ * 400 VALIDATION_FAILED for one value the schema could not judge (a rule of the domain), in the
+ * shape the schema validator's answers have: `detail`, and `errors: [{path, message}]`.
+ */
+export function validationFailed(path: string, message: string, detail = `${path} ${message}`): AppError {
+  return new AppError('VALIDATION_FAILED', detail, { extensions: { errors: [{ path, message }] } })
+}
+
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 
 export const Problem = Type.Object(

@@ -132,6 +132,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     config,
     passwords,
     tuples: authz.tuples,
+    permissions: authz,
     links,
     endSessions: endUserSessions,
   })
@@ -145,7 +146,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   })
 
   // Organizations, files and the example resource.
-  const orgConfig = new OrganizationConfig({ db, clock })
+  const orgConfig = new OrganizationConfig({ db, clock, permissions: authz })
   const files = new FileService({
     db,
     store: ports.store,

@@ -1,6 +1,6 @@
 import type { Config } from '../../config.ts'
 import type { Role, Tx } from '../../db/schema.ts'
-import { AppError } from '../../errors.ts'
+import { AppError, validationFailed } from '../../errors.ts'
 import type { AccountRow } from './repository.ts'
 
 export const PASSWORD_MAX_LENGTH = 256
@@ -9,9 +9,7 @@ const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/
 export function normalizeEmail(email: string): string {
   const trimmed = email.trim()
   if (trimmed.length > 320 || !EMAIL.test(trimmed)) {
-    throw new AppError('VALIDATION_FAILED', 'The email address is not valid', {
-      extensions: { errors: [{ path: 'email', message: 'is not a valid email address' }] },
-    })
+    throw validationFailed('email', 'is not a valid email address', 'The email address is not valid')
   }
   return trimmed
 }

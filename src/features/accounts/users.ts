@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import type { Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
@@ -34,6 +35,8 @@ export interface UserAdministrationDeps {
   config: Config
   passwords: PasswordHasher
   tuples: TupleRecorder
+  /** Who may administer an organization's users (`admin` on the organization). */
+  permissions: Permissions
   links: AccountLinks
   endSessions: EndUserSessions
 }
@@ -52,7 +55,8 @@ async function accountExists<T>(work: () => Promise<T>): Promise<T> {
 /**
  * Account administration by an organization's admins (spec 4.1, 5.5 rule 2): invite, deactivate,
  * reactivate and the admin-triggered reset; and by operators (the CLI, the demo seed): create. The
- * organization is the request's tenant; the admin role is checked on the account table. Every
+ * organization is the request's tenant; the admin relation is checked through the authorization
+ * port. Every
  * change is one transaction, with its role tuple and email in it.
  */
 export class UserAdministration {
@@ -62,10 +66,28 @@ export class UserAdministration {
     this.#deps = deps
   }
 
-  /** The caller's own account, which must be an active admin of the tenant (spec 5.5 rule 2). */
-  async #admin(db: Kysely<Database> | Tx, caller: UserPrincipal): Promise<AccountRow> {
+  /**
+   * The decision: the caller must hold `admin` on the tenant's organization (403 ACCESS_DENIED
+   * otherwise). Returns the organization the operation acts in.
+   */
+  async #authorize(caller: UserPrincipal): Promise<string> {
+    const organizationId = requireTenant()
+    await this.#deps.permissions.require(caller, 'admin', `organization:${organizationId}`)
+    return organizationId
+  }
+
+  /**
+   * The caller's own account, read again inside the operation's transaction: an admin deactivated
+   * or demoted by a transaction that committed after the decision (before its role tuple reached
+   * the authorization server) cannot finish the operation.
+   */
+  async #admin(
+    db: Kysely<Database> | Tx,
+    caller: UserPrincipal,
+    organizationId: string,
+  ): Promise<AccountRow> {
     const account = await findAccount(db, caller.userId)
-    if (!account?.active || account.role !== 'admin' || account.organization_id !== requireTenant()) {
+    if (!account?.active || account.role !== 'admin' || account.organization_id !== organizationId) {
       throw new AppError('ACCESS_DENIED', 'This operation needs an organization admin')
     }
     return account
@@ -108,8 +130,8 @@ export class UserAdministration {
     along?: AlongWith<{ userId: string }>,
   ): Promise<{ userId: string }> {
     const { db, clock, links } = this.#deps
-    const admin = await this.#admin(db, caller)
-    if (input.organizationId !== admin.organization_id) {
+    const organizationId = await this.#authorize(caller)
+    if (input.organizationId !== organizationId) {
       throw new AppError('ACCESS_DENIED', 'Admins invite users to their own organization only')
     }
     const email = normalizeEmail(input.email)
@@ -117,7 +139,7 @@ export class UserAdministration {
       inTransaction(db, async (trx) => {
         // An unusable random hash: no password works until the invitee sets one through the link.
         const account = await this.#insert(trx, {
-          organizationId: admin.organization_id,
+          organizationId,
           email,
           passwordHash: PasswordHasher.unusableHash(),
           role: input.role,
@@ -135,7 +157,7 @@ export class UserAdministration {
     const { db, clock, tuples } = this.#deps
     const now = clock.now()
     // A member is refused before anything is locked or revealed.
-    const { organization_id: organizationId } = await this.#admin(db, caller)
+    const organizationId = await this.#authorize(caller)
     return inTransaction(db, async (trx) => {
       // Lock the organization's active admins first, so two admins deactivating each other are
       // serialised: the second sees the first change and gets LAST_ADMIN.
@@ -144,7 +166,7 @@ export class UserAdministration {
       if (target.active && target.role === 'admin' && admins <= 1) {
         throw new AppError('LAST_ADMIN', "The organization's last active admin cannot be deactivated")
       }
-      await this.#admin(trx, caller)
+      await this.#admin(trx, caller, organizationId)
       if (target.deactivated_at) return { userId, active: false }
       // An invited account (inactive, not yet deactivated) is deactivated too: its invitation must
       // not bring it back. Every outstanding link dies with it and its role tuple goes.
@@ -160,9 +182,9 @@ export class UserAdministration {
   async reactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
     const { db, clock, tuples } = this.#deps
     const now = clock.now()
+    const organizationId = await this.#authorize(caller)
     return inTransaction(db, async (trx) => {
-      const admin = await this.#admin(trx, caller)
-      const target = await this.#target(trx, admin.organization_id, userId)
+      const target = await this.#target(trx, organizationId, userId)
       if (!target.deactivated_at) return { userId, active: target.active }
       // An invitee who never set a password goes back to invited: active once it accepts a fresh
       // invitation (admin reset sends one).
@@ -180,9 +202,9 @@ export class UserAdministration {
    */
   async adminReset(caller: UserPrincipal, userId: string): Promise<void> {
     const { db, clock, links } = this.#deps
+    const organizationId = await this.#authorize(caller)
     await inTransaction(db, async (trx) => {
-      const admin = await this.#admin(trx, caller)
-      const target = await this.#target(trx, admin.organization_id, userId)
+      const target = await this.#target(trx, organizationId, userId)
       if (target.active) return links.send(trx, target, 'PASSWORD_RESET', clock.now())
       if (!target.deactivated_at && PasswordHasher.isUnusable(target.password_hash))
         return links.send(trx, target, 'INVITATION', clock.now())

@@ -6,7 +6,7 @@ import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
-import { AppError } from '../../errors.ts'
+import { AppError, validationFailed } from '../../errors.ts'
 import type { ApiKeyPrincipal, ServiceAccountPrincipal } from '../../principal.ts'
 import { isScope, SCOPES } from '../../scopes.ts'
 import type { AccessTokens, IssuedToken } from '../../security/tokens.ts'
@@ -42,12 +42,10 @@ export function parseScopes(input: string[]): string[] {
   const scopes = [...new Set(input.map((s) => s.trim()).filter(Boolean))]
   const unknown = scopes.filter((s) => !isScope(s))
   if (unknown.length > 0) {
-    throw new AppError(
-      'VALIDATION_FAILED',
+    throw validationFailed(
+      'scopes',
+      `unknown scope ${unknown.join(', ')}`,
       `Unknown scope ${unknown.join(', ')}; known: ${SCOPES.join(', ')}`,
-      {
-        extensions: { errors: [{ path: 'scopes', message: `unknown scope ${unknown.join(', ')}` }] },
-      },
     )
   }
   return scopes.toSorted()

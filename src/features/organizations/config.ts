@@ -1,10 +1,12 @@
 import type { Kysely } from 'kysely'
 import { LRUCache } from 'lru-cache'
+import type { Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
 import { inTransaction } from '../../db/database.ts'
 import { LISTEN_LOST, LISTEN_RESET, notify } from '../../db/notifications.ts'
 import type { Database } from '../../db/schema.ts'
-import { AppError } from '../../errors.ts'
+import { AppError, validationFailed } from '../../errors.ts'
+import type { Principal } from '../../principal.ts'
 import {
   deleteConfigEntry,
   listConfigEntries,
@@ -43,14 +45,10 @@ export type ConfigChangeListener = (organizationId: string | null) => void
 export interface OrganizationConfigOptions {
   db: Kysely<Database>
   clock: Clock
+  /** Who may read (`member`) and write (`admin`) an organization's entries. */
+  permissions: Permissions
   /** Organizations whose entries are kept (least recently used are evicted). */
   maxOrganizations?: number
-}
-
-function validationFailed(path: string, message: string): AppError {
-  return new AppError('VALIDATION_FAILED', `${path} ${message}`, {
-    extensions: { errors: [{ path, message }] },
-  })
 }
 
 /** 400 VALIDATION_FAILED unless `key` is a valid configuration key. */
@@ -77,6 +75,7 @@ const isForeignKeyViolation = (error: unknown) => (error as { code?: unknown }).
 export class OrganizationConfig {
   readonly #db: Kysely<Database>
   readonly #clock: Clock
+  readonly #permissions: Permissions
   readonly #cache: LRUCache<string, ReadonlyMap<string, string>>
   readonly #listeners = new Set<ConfigChangeListener>()
   /** Whether notifications reach this instance; the cache is used only while they do. */
@@ -87,6 +86,7 @@ export class OrganizationConfig {
   constructor(options: OrganizationConfigOptions) {
     this.#db = options.db
     this.#clock = options.clock
+    this.#permissions = options.permissions
     this.#cache = new LRUCache({
       max: options.maxOrganizations ?? 10_000,
       // Characters, roughly: 64 MiB of values at most, whatever the number of organizations.
@@ -99,20 +99,26 @@ export class OrganizationConfig {
     })
   }
 
-  /** The organization's entries, ordered by key. */
-  async list(organizationId: string): Promise<OrganizationConfigEntry[]> {
+  /**
+   * The organization's entries, ordered by key, for a member of it: 403 ACCESS_DENIED for anyone
+   * else, another organization's id included.
+   */
+  async list(principal: Principal, organizationId: string): Promise<OrganizationConfigEntry[]> {
+    await this.#permissions.require(principal, 'member', `organization:${organizationId}`)
     return (await this.#load(organizationId)).map(toEntry)
   }
 
-  /** One entry, or undefined. */
-  async get(organizationId: string, key: string): Promise<OrganizationConfigEntry | undefined> {
-    checkConfigKey(key)
-    const row = (await this.#load(organizationId)).find((candidate) => candidate.key === key)
-    return row && toEntry(row)
-  }
-
-  /** Stores the value under the key (creating or replacing it); 400 on an invalid key or value. */
-  async put(organizationId: string, key: string, value: string): Promise<OrganizationConfigEntry> {
+  /**
+   * Stores the value under the key (creating or replacing it) for an admin of the organization
+   * (403 ACCESS_DENIED otherwise); 400 on an invalid key or value.
+   */
+  async put(
+    principal: Principal,
+    organizationId: string,
+    key: string,
+    value: string,
+  ): Promise<OrganizationConfigEntry> {
+    await this.#permissions.require(principal, 'admin', `organization:${organizationId}`)
     checkConfigKey(key)
     checkValue(value)
     try {
@@ -130,8 +136,9 @@ export class OrganizationConfig {
     }
   }
 
-  /** Removes the key; false when it was not set (nothing is sent then). */
-  async delete(organizationId: string, key: string): Promise<boolean> {
+  /** Removes the key for an admin of the organization; false when it was not set (nothing is sent then). */
+  async delete(principal: Principal, organizationId: string, key: string): Promise<boolean> {
+    await this.#permissions.require(principal, 'admin', `organization:${organizationId}`)
     checkConfigKey(key)
     const deleted = await inTransaction(this.#db, async (trx) => {
       const found = await deleteConfigEntry(trx, organizationId, key)

@@ -1,9 +1,8 @@
-// Per-organization configuration (spec 4.4, decisions 5): members of the organization read its
-// entries, admins write them. The organization is checked as a relation on `organization:<orgId>`,
-// so another organization's id is 403 ACCESS_DENIED. Deleting a key that is not set is 204 too:
+// Per-organization configuration: members of the organization read its entries, admins write them.
+// The service checks the relation on `organization:<orgId>`, so another organization's id is 403
+// ACCESS_DENIED. Deleting a key that is not set is 204 too:
 // the outcome the caller asked for, no override, holds.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import type { FastifyRequest } from 'fastify'
 import { problemResponses } from '../../errors.ts'
 import { requirePrincipal } from '../../principal.ts'
 import {
@@ -19,17 +18,10 @@ import {
 const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(ConfigEntry)
 
-  /** preHandler: 403 ACCESS_DENIED unless the caller has `relation` on the organization of the path. */
-  const requireOrganization = (relation: 'member' | 'admin') => async (request: FastifyRequest) => {
-    const { orgId } = request.params as { orgId: string }
-    await app.authz.require(requirePrincipal(request), relation, `organization:${orgId}`)
-  }
-
   app.get(
     '/:orgId/config',
     {
       config: { scope: 'config:read' },
-      preHandler: requireOrganization('member'),
       schema: {
         tags: ['configuration'],
         operationId: 'listOrganizationConfig',
@@ -39,7 +31,9 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request) => ({
-      items: (await app.services.orgConfig.list(request.params.orgId)).map(toConfigEntry),
+      items: (await app.services.orgConfig.list(requirePrincipal(request), request.params.orgId)).map(
+        toConfigEntry,
+      ),
     }),
   )
 
@@ -47,7 +41,6 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/:orgId/config/:key',
     {
       config: { scope: 'config:write' },
-      preHandler: requireOrganization('admin'),
       schema: {
         tags: ['configuration'],
         operationId: 'putOrganizationConfig',
@@ -60,7 +53,9 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => {
       const { orgId, key } = request.params
-      return toConfigEntry(await app.services.orgConfig.put(orgId, key, request.body.value))
+      return toConfigEntry(
+        await app.services.orgConfig.put(requirePrincipal(request), orgId, key, request.body.value),
+      )
     },
   )
 
@@ -68,7 +63,6 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/:orgId/config/:key',
     {
       config: { scope: 'config:write' },
-      preHandler: requireOrganization('admin'),
       schema: {
         tags: ['configuration'],
         operationId: 'deleteOrganizationConfig',
@@ -78,7 +72,7 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      await app.services.orgConfig.delete(request.params.orgId, request.params.key)
+      await app.services.orgConfig.delete(requirePrincipal(request), request.params.orgId, request.params.key)
       return reply.code(204).send(null)
     },
   )

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely'
 import type { Database } from '../../db/schema.ts'
-import { AppError } from '../../errors.ts'
+import { validationFailed } from '../../errors.ts'
 import { insertOrganization, type OrganizationRow } from './repository.ts'
 
 export const ORGANIZATION_NAME_MAX = 200
@@ -11,14 +11,10 @@ export async function createOrganization(
 ): Promise<OrganizationRow> {
   const name = input.name.trim()
   if (name.length === 0 || name.length > ORGANIZATION_NAME_MAX) {
-    throw new AppError(
-      'VALIDATION_FAILED',
+    throw validationFailed(
+      'name',
+      `must be 1 to ${ORGANIZATION_NAME_MAX} characters`,
       `Organization name must be 1 to ${ORGANIZATION_NAME_MAX} characters`,
-      {
-        extensions: {
-          errors: [{ path: 'name', message: `must be 1 to ${ORGANIZATION_NAME_MAX} characters` }],
-        },
-      },
     )
   }
   return insertOrganization(db, { name })

@@ -2,7 +2,7 @@
 // It never answers 403 for a denied permission: denied is `{allowed: false}`.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { AppError, problemResponses } from '../../errors.ts'
+import { problemResponses, validationFailed } from '../../errors.ts'
 import { requirePrincipal } from '../../principal.ts'
 
 const Identifier = Type.String({ minLength: 1, maxLength: 64, pattern: '^[a-z][a-z0-9_]*$' })
@@ -43,16 +43,18 @@ const authzRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const principal = requirePrincipal(request)
       const { relation, objectType, objectId } = request.body
       if (!app.authz.model.hasType(objectType)) {
-        throw new AppError('VALIDATION_FAILED', `Unknown object type ${objectType}`, {
-          extensions: {
-            errors: [{ path: 'body.objectType', message: 'is not a type of the authorization model' }],
-          },
-        })
+        throw validationFailed(
+          'body.objectType',
+          'is not a type of the authorization model',
+          `Unknown object type ${objectType}`,
+        )
       }
       if (!app.authz.model.hasRelation(objectType, relation)) {
-        throw new AppError('VALIDATION_FAILED', `Unknown relation ${relation} on ${objectType}`, {
-          extensions: { errors: [{ path: 'body.relation', message: `is not a relation of ${objectType}` }] },
-        })
+        throw validationFailed(
+          'body.relation',
+          `is not a relation of ${objectType}`,
+          `Unknown relation ${relation} on ${objectType}`,
+        )
       }
       return { allowed: await app.authz.check(principal, relation, `${objectType}:${objectId}`) }
     },

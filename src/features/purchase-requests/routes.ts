@@ -2,7 +2,7 @@
 // paging, attachments through the generic file endpoints and a generated PDF report. This file is
 // the template for adding a resource (README, "Adding a resource").
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { AppError, problemResponses } from '../../errors.ts'
+import { problemResponses, validationFailed } from '../../errors.ts'
 import { answerWithEffect, sendAnswer } from '../../http/idempotency.ts'
 import { requirePrincipal } from '../../principal.ts'
 import { FileRecord, fileLocation, toFileRecord } from '../files/index.ts'
@@ -53,9 +53,11 @@ function decodeCursor(cursor: string): PageKey {
     if (encodeCursor(key) !== cursor) throw new Error()
     return key
   } catch {
-    throw new AppError('VALIDATION_FAILED', 'The cursor is not one this API returned', {
-      extensions: { errors: [{ path: 'querystring.cursor', message: 'is not a valid cursor' }] },
-    })
+    throw validationFailed(
+      'querystring.cursor',
+      'is not a valid cursor',
+      'The cursor is not one this API returned',
+    )
   }
 }
 
