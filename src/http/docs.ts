@@ -5,6 +5,7 @@ import swagger from '@fastify/swagger'
 import swaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import stringify from 'safe-stable-stringify'
 import packageJson from '../../package.json' with { type: 'json' }
 
 /** The security scheme names routes refer to in `schema.security`. */
@@ -24,13 +25,7 @@ const NAMED = /^[A-Z][A-Za-z0-9]*$/
 
 /** JSON with sorted keys and without `$id`, to compare two renderings of one schema. */
 const canonical = (value: unknown): string =>
-  JSON.stringify(value, (key, inner) =>
-    key === '$id'
-      ? undefined
-      : inner && typeof inner === 'object' && !Array.isArray(inner)
-        ? Object.fromEntries(Object.entries(inner).sort(([a], [b]) => a.localeCompare(b)))
-        : inner,
-  )
+  stringify(value, (key, inner) => (key === '$id' ? undefined : inner)) ?? 'null'
 
 /**
  * Moves every schema with a component-like `title` out of the operations into

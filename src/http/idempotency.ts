@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { Type } from '@sinclair/typebox'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
+import stringify from 'safe-stable-stringify'
 import type { AlongWith } from '../db/database.ts'
 import { AppError, problemResponses } from '../errors.ts'
 import {
@@ -19,7 +20,6 @@ import {
   recordIdempotentAnswer,
   releaseIdempotencyKey,
 } from './idempotency-store.ts'
-import { hooksOf } from './rate-limits.ts'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -48,12 +48,7 @@ const KeyHeader = Type.String({
 })
 
 /** JSON with sorted keys: two spellings of one body are one request. */
-const canonical = (value: unknown): string =>
-  JSON.stringify(value, (_key, inner) =>
-    inner && typeof inner === 'object' && !Array.isArray(inner)
-      ? Object.fromEntries(Object.entries(inner).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
-      : inner,
-  )
+const canonical = (value: unknown): string => stringify(value) ?? 'null'
 
 function fingerprint(request: FastifyRequest): string {
   return createHash('sha256')
@@ -124,14 +119,25 @@ function replay(reply: FastifyReply, row: IdempotencyKeyRow) {
 }
 
 async function idempotencyPlugin(app: FastifyInstance) {
+  // What an idempotent route documents: the header it accepts and its 409.
   app.addHook('onRoute', (route) => {
     if (!route.config?.idempotent || !route.schema) return
     const headers = (route.schema.headers ?? Type.Object({})) as ReturnType<typeof Type.Object>
     route.schema.headers = Type.Object({ ...headers.properties, [HEADER]: Type.Optional(KeyHeader) })
     route.schema.response = { ...problemResponses(409), ...(route.schema.response as object | undefined) }
-    // After the route's rate limits (src/http/rate-limits.ts puts them first).
-    route.preHandler = [...hooksOf(route.preHandler), claim] as typeof route.preHandler
-    route.onSend = [...hooksOf(route.onSend), answer] as typeof route.onSend
+  })
+  // App-wide hooks that act on the routes whose config says `idempotent`: the claim after the rate
+  // limits (their plugin is registered first), before the route's own hooks and handler; callback
+  // style, so other routes pass through without a promise.
+  app.addHook('preHandler', (request, reply, done) => {
+    if (!request.routeOptions.config.idempotent) return done()
+    claim(request, reply).then(() => {
+      if (!reply.sent) done()
+    }, done)
+  })
+  app.addHook('onSend', (request, reply, payload, done) => {
+    if (!request.idempotencyKey) return done(null, payload)
+    answer(request, reply, payload).then((answered) => done(null, answered), done)
   })
 
   async function claim(request: FastifyRequest, reply: FastifyReply) {

@@ -1,6 +1,8 @@
-// Enforces the rate limits routes declare in their config (`rateLimit: RateLimitRule[]`), in a
-// preHandler hook of each such route: after the body is validated (limits may count a body field) and before the
-// handler, so no password is hashed for a request over its limit. Limits whose rule counts failures
+// Enforces the rate limits routes declare in their config (`rateLimit: RateLimitRule[]`), in an
+// app-wide preHandler hook that reads the matched route's config: after the body is validated
+// (limits may count a body field) and before the route's own hooks and handler, so no password is
+// hashed for a request over its limit. Registered before the idempotency plugin, whose claim comes
+// after it. Limits whose rule counts failures
 // only give their hit back when the answer is a success. Needs config and db.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
@@ -21,34 +23,26 @@ async function rateLimitsPlugin(app: FastifyInstance) {
   const { config, clock, db } = app
   app.decorateRequest('rateLimitRefunds', null)
 
-  // Hooks of the routes that declare limits only: the others pay nothing for them.
-  const enforce = async (request: FastifyRequest) => {
-    const rules = request.routeOptions.config.rateLimit ?? []
+  const enforce = async (request: FastifyRequest, rules: readonly RateLimitRule[]) => {
     const hits = await enforceRateLimits(db, clock, limitsFor(rules, config, request))
     const refunds = hits.filter((_hit, index) => rules[index]?.failuresOnly)
     if (refunds.length > 0) request.rateLimitRefunds = refunds
   }
-  // Given back before the answer leaves, so a client's next request already sees it.
-  const refund = async (request: FastifyRequest, reply: FastifyReply) => {
-    const refunds = request.rateLimitRefunds
-    if (!refunds || reply.statusCode >= 400) return
-    request.rateLimitRefunds = null
-    await giveBack(db, refunds).catch((error: unknown) =>
-      request.log.warn({ err: error }, 'giving back a rate-limit hit failed'),
-    )
-  }
-  app.addHook('onRoute', (route) => {
-    if (!route.config?.rateLimit?.length) return
-    // First among the route's own hooks: no other work for a request over its limit.
-    route.preHandler = [enforce, ...hooksOf(route.preHandler)] as typeof route.preHandler
-    route.onSend = [refund, ...hooksOf(route.onSend)] as typeof route.onSend
+  // Callback-style, so a route without limits passes through without a promise.
+  app.addHook('preHandler', (request, _reply, done) => {
+    const rules = request.routeOptions.config.rateLimit
+    if (!rules?.length) return done()
+    enforce(request, rules).then(() => done(), done)
   })
-}
-
-/** A route option's hooks as a list (Fastify takes one function or an array). */
-export function hooksOf<T>(hooks: T | T[] | undefined): T[] {
-  if (hooks === undefined) return []
-  return Array.isArray(hooks) ? hooks : [hooks]
+  // Given back before the answer leaves, so a client's next request already sees it.
+  app.addHook('onSend', (request, reply, payload, done) => {
+    const refunds = request.rateLimitRefunds
+    if (!refunds || reply.statusCode >= 400) return done(null, payload)
+    request.rateLimitRefunds = null
+    giveBack(db, refunds)
+      .catch((error: unknown) => request.log.warn({ err: error }, 'giving back a rate-limit hit failed'))
+      .then(() => done(null, payload))
+  })
 }
 
 export default fp(rateLimitsPlugin, { name: 'rate-limits', fastify: '5.x', dependencies: ['config', 'db'] })
