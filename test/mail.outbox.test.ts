@@ -326,16 +326,12 @@ describe('mail outbox', () => {
 })
 
 describe('mail plugin', () => {
-  it('decorates app.mail with enqueue, the worker and the injected transport', async () => {
+  it('decorates app.mail with the worker and the injected transport, which delivers what enqueueMail wrote', async () => {
     const t = await createTestApp({ deps: { mailTransport: up, startMailWorker: false } })
     try {
       expect(t.app.mail.transport).toBe(up)
       const { messageId } = await inTransaction(t.app.db, (trx) =>
-        t.app.mail.enqueue(
-          trx,
-          { template: 'password_changed', to: 'dave@example.com', data: {} },
-          t.clock.now(),
-        ),
+        enqueueMail(trx, { template: 'password_changed', to: 'dave@example.com', data: {} }, t.clock.now()),
       )
       expect(await t.app.mail.worker.runOnce()).toBe(1)
       expect(smtp.received).toHaveLength(1)
@@ -352,7 +348,7 @@ describe('mail plugin', () => {
     const t = await createTestApp({ database, deps: { mailTransport: up, startMailWorker: true } })
     try {
       await inTransaction(t.app.db, (trx) =>
-        t.app.mail.enqueue(trx, { template: 'otp_enabled', to: 'erin@example.com', data: {} }, t.clock.now()),
+        enqueueMail(trx, { template: 'otp_enabled', to: 'erin@example.com', data: {} }, t.clock.now()),
       )
       await smtp.waitForCount(1)
       expect(smtp.received[0]?.recipients).toEqual(['erin@example.com'])

@@ -3,6 +3,7 @@ import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fas
 import { beforeAll, describe, expect, it } from 'vitest'
 import { inTransaction } from '../src/db/database.ts'
 import { APPROVAL_EMAIL_SUBJECT_KEY } from '../src/features/purchase-requests/approval.ts'
+import { enqueueMail } from '../src/mail/outbox.ts'
 import type { MailTransport, OutgoingMail } from '../src/mail/transports.ts'
 import {
   ACCOUNT_TEST_CONFIG,
@@ -306,7 +307,7 @@ describe('approval email subject', () => {
   async function sendApprovalMail(organizationId: string, title: string): Promise<string> {
     const to = `requester-${randomUUID()}@example.com`
     await inTransaction(t.app.db, (trx) =>
-      t.app.mail.enqueue(
+      enqueueMail(
         trx,
         { template: 'purchase_request_approved', to, data: { title }, organizationId },
         t.clock.now(),

@@ -72,7 +72,6 @@ export interface Services {
   events: EventBus
   /** The credential check of login: the built-in one below, or a deployment's own. */
   authenticator: CredentialAuthenticator
-  accountAuthenticator: AccountAuthenticator
   /** Enforces the `ver` claim of user access tokens (spec 5.2), when enabled or supplied. */
   sessionVersions: SessionVersionProvider | null
   sessions: SessionService
@@ -178,7 +177,6 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     passwords,
     events,
     authenticator: extensions.authenticator ?? accountAuthenticator,
-    accountAuthenticator,
     sessionVersions,
     sessions,
     serviceAccounts,

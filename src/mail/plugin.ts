@@ -1,4 +1,4 @@
-// Decorates `app.mail` (enqueue into the outbox, the delivery worker, the transport, the template
+// Decorates `app.mail` (sealing of message data, the delivery worker, the transport, the template
 // registry); needs config and db. The worker starts when the app is ready and stops on close.
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
@@ -8,8 +8,6 @@ import { MailTemplates } from './templates.ts'
 import { createMailTransport, type MailTransport } from './transports.ts'
 
 export interface Mail {
-  /** Writes a message to the outbox in the caller's transaction (`enqueueMail`). */
-  enqueue: typeof enqueueMail
   /** Seals template data that carries a secret (a one-time token link) for the outbox. */
   seal(data: Record<string, unknown>): SealedMailData
   worker: MailOutboxWorker
@@ -47,7 +45,6 @@ async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
     listen: app.database.listen,
   })
   app.decorate('mail', {
-    enqueue: enqueueMail,
     seal: (data) => sealMailData(box, data),
     worker,
     transport,
