@@ -153,9 +153,11 @@ export type Config = RawConfig & {
 export type ConfigSource = Record<string, string | undefined>
 
 export class ConfigError extends Error {
+  /** The property at fault, or the environment variable when it names no property. */
   readonly property: string
   constructor(property: string, message: string) {
-    super(`Invalid configuration: ${property} (${envName(property)}) ${message}`)
+    const named = property.startsWith(`${PREFIX}.`) ? `${property} (${envName(property)})` : property
+    super(`Invalid configuration: ${named} ${message}`)
     this.name = 'ConfigError'
     this.property = property
   }
@@ -195,8 +197,46 @@ const LEAVES = leaves(ConfigSchema)
 /** Every configuration property name, for documentation and tests. */
 export const configProperties: readonly string[] = LEAVES.map((l) => l.property)
 
-/** Maps the process environment to dotted property names (derived names win over aliases). */
+const ENV_PREFIX = `${PREFIX.toUpperCase()}_`
+/** Each property's environment variable, to its property. */
+const PROPERTY_OF_VARIABLE = new Map(configProperties.map((property) => [envName(property), property]))
+
+/** The candidate closest to `name` by edit distance, if it is close enough to be a likely misspelling. */
+function nearest(name: string, candidates: readonly string[], prefix: string): string | undefined {
+  const tail = name.slice(prefix.length)
+  let best: { candidate: string; distance: number } | undefined
+  for (const candidate of candidates) {
+    const distance = editDistance(tail, candidate.slice(prefix.length))
+    if (!best || distance < best.distance) best = { candidate, distance }
+  }
+  return best && best.distance <= Math.max(2, Math.floor(tail.length / 3)) ? best.candidate : undefined
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i]
+    for (let j = 1; j <= b.length; j++) {
+      const substitution = (previous[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1)
+      current[j] = Math.min((previous[j] as number) + 1, (current[j - 1] as number) + 1, substitution)
+    }
+    previous = current
+  }
+  return previous[b.length] as number
+}
+
+/**
+ * Maps the process environment to dotted property names (derived names win over aliases). A
+ * `PLATFORM_*` variable that is no property's name is rejected rather than ignored, so a misspelt
+ * variable never leaves its property at the default.
+ */
 export function configFromEnv(env: NodeJS.ProcessEnv): ConfigSource {
+  for (const variable of Object.keys(env)) {
+    if (!variable.startsWith(ENV_PREFIX) || PROPERTY_OF_VARIABLE.has(variable)) continue
+    const guess = nearest(variable, [...PROPERTY_OF_VARIABLE.keys()], ENV_PREFIX)
+    const hint = guess ? ` (did you mean ${guess}, the variable of ${PROPERTY_OF_VARIABLE.get(guess)}?)` : ''
+    throw new ConfigError(variable, `names no configuration property${hint}`)
+  }
   const source: ConfigSource = {}
   for (const [alias, property] of Object.entries(ENV_ALIASES)) {
     if (env[alias] !== undefined) source[property] = env[alias]
@@ -304,8 +344,10 @@ export function decodeJwtSecret(secret: string, property = 'platform.auth.jwt.se
 export function loadConfig(source: ConfigSource): Config {
   const known = new Set(configProperties)
   for (const name of Object.keys(source)) {
-    if (name.startsWith(`${PREFIX}.`) && !known.has(name))
-      throw new ConfigError(name, 'is not a known property')
+    if (name.startsWith(`${PREFIX}.`) && !known.has(name)) {
+      const guess = nearest(name, configProperties, `${PREFIX}.`)
+      throw new ConfigError(name, `is not a known property${guess ? ` (did you mean ${guess}?)` : ''}`)
+    }
   }
   const raw: Record<string, unknown> = {}
   for (const leaf of LEAVES) {

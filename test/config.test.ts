@@ -79,6 +79,40 @@ describe('configuration', () => {
     expect(config.server.port).toBe(9090)
   })
 
+  it('stops on a misspelt PLATFORM_ variable, naming it and the variable it resembles', () => {
+    const error = configErrorOf(() =>
+      configFromEnv({ PLATFORM_SERVER_PORT: '9090', PLATFORM_AUTH_JWT_SECRETT: secret, PATH: '/usr/bin' }),
+    )
+    expect(error.property).toBe('PLATFORM_AUTH_JWT_SECRETT')
+    expect(error.message).toBe(
+      'Invalid configuration: PLATFORM_AUTH_JWT_SECRETT names no configuration property (did you mean PLATFORM_AUTH_JWT_SECRET, the variable of platform.auth.jwt.secret?)',
+    )
+  })
+
+  it('stops on a PLATFORM_ variable resembling no property, and on one set to nothing', () => {
+    expect(configErrorOf(() => configFromEnv({ PLATFORM_FLAVOUR: 'vanilla' })).message).toBe(
+      'Invalid configuration: PLATFORM_FLAVOUR names no configuration property',
+    )
+    expect(configErrorOf(() => configFromEnv({ PLATFORM_DATASOURCE_URI: '' })).message).toContain(
+      'did you mean PLATFORM_DATASOURCE_URL',
+    )
+  })
+
+  it('reads every property from its own variable, and leaves other variables alone', () => {
+    const env = Object.fromEntries(configProperties.map((property) => [envName(property), 'x']))
+    expect(
+      Object.keys(configFromEnv({ ...env, PLATFORM: 'x', NOT_PLATFORM_X: 'x', platform_x: 'x' })),
+    ).toEqual(configProperties)
+    expect(loadConfig(configFromEnv({ PLATFORM_AUTH_JWT_SECRET: secret })).auth.jwt.secret).toBe(secret)
+  })
+
+  it('names a property a misspelt platform property resembles', () => {
+    const error = configErrorOf(() => load({ 'platform.server.prot': '1' }))
+    expect(error.message).toBe(
+      'Invalid configuration: platform.server.prot (PLATFORM_SERVER_PROT) is not a known property (did you mean platform.server.port?)',
+    )
+  })
+
   it('lets the derived name win over an alias', () => {
     expect(configFromEnv({ PORT: '1', PLATFORM_SERVER_PORT: '2' })['platform.server.port']).toBe('2')
   })

@@ -26,6 +26,17 @@ const baseEnv = () => ({
   ...(database?.url ? { DATABASE_URL: database.url } : {}),
 })
 
+/** Runs an entry point expected to refuse to start; one that serves instead is killed, not left running. */
+async function runToRefusal(script: string, args: string[], env: Record<string, string>) {
+  const { child, done } = runNode(script, args, env)
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+  try {
+    return await done
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 describe('npm start', () => {
   it.each([
     ['without a secret', undefined, /is required/],
@@ -51,6 +62,19 @@ describe('npm start', () => {
     expect(result.stderr).toContain('platform.datasource.url')
   })
 
+  it('refuses to start with a misspelt PLATFORM_ variable, naming it and the property it resembles', async () => {
+    const result = await runToRefusal('src/server.ts', [], {
+      ...baseEnv(),
+      PLATFORM_AUTH_JWT_SECRET: testSecret(),
+      PLATFORM_AUTH_JWT_ACCESS_TOKEN_TLL: '5m',
+    })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toContain('PLATFORM_AUTH_JWT_ACCESS_TOKEN_TLL names no configuration property')
+    expect(result.stderr).toContain('platform.auth.jwt.access-token-ttl')
+    expect(result.stderr).not.toMatch(/\n\s+at /)
+    expect(result.stdout).not.toContain('Server listening')
+  })
+
   it('serves, then shuts down cleanly on SIGTERM', async () => {
     const { child, done } = runNode('src/server.ts', [], {
       ...baseEnv(),
@@ -64,5 +88,16 @@ describe('npm start', () => {
     const result = await done
     expect(result.code).toBe(0)
     expect(result.stdout).toContain('"signal":"SIGTERM"')
+  })
+})
+
+describe('npm run dev and the CLI', () => {
+  it.each([
+    ['npm run dev', 'src/dev.ts', []],
+    ['the CLI', 'src/cli.ts', ['org', 'list']],
+  ])('%s refuses to start with a misspelt PLATFORM_ variable, naming it', async (_entry, script, args) => {
+    const result = await runToRefusal(script, args, { ...baseEnv(), PLATFORM_SERVER_PROT: '0' })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toContain('PLATFORM_SERVER_PROT names no configuration property')
   })
 })
