@@ -57,10 +57,22 @@ export const ConfigSchema = Type.Object({
     }),
     refreshToken: Type.Object({ ttl: Duration('30d') }),
     session: Type.Object({ absoluteTtl: Duration('90d') }),
+    /** Each allowance counts one kind of request; windows are fixed (a minute, an hour). */
     rateLimit: Type.Object({
+      /** Failed logins per client address; login attempts per account. */
       loginPerMinute: Count(10),
-      resetPerHour: Count(5),
+      /** Refreshes per client address. */
       refreshPerMinute: Count(60),
+      /** Service-token requests per client address and per client id. */
+      serviceTokenPerMinute: Count(10),
+      /** Password-reset requests and confirmations per client address. */
+      resetPerMinute: Count(10),
+      /** Password-reset requests per account email. */
+      resetPerHour: Count(5),
+      /** Invitations sent per client address. */
+      invitePerMinute: Count(10),
+      /** Invitations per invited email. */
+      invitePerHour: Count(5),
     }),
     cookie: Type.Object({
       accessTokenName: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'access_token' }),

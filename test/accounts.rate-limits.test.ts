@@ -2,9 +2,18 @@ import { describe, expect, it } from 'vitest'
 import { asUser, confirmPassword, expectProblem, newActor, uniqueEmail } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
-// Decisions 6: the invitation and password-reset endpoints are rate limited per client IP
-// (here two a minute) before any work is done.
-const t = useTestApp({ config: { 'platform.auth.rate-limit.login-per-minute': '2' } })
+// The invitation and password-reset endpoints are rate limited per client IP (here two a minute)
+// before any work is done, each by a setting of its own: the login and reset-per-hour settings,
+// set lower here, drive neither.
+const t = useTestApp({
+  config: {
+    'platform.auth.rate-limit.invite-per-minute': '2',
+    'platform.auth.rate-limit.invite-per-hour': '2',
+    'platform.auth.rate-limit.reset-per-minute': '2',
+    'platform.auth.rate-limit.login-per-minute': '1',
+    'platform.auth.rate-limit.reset-per-hour': '1',
+  },
+})
 
 describe('rate limits on account endpoints', () => {
   it('answers the third invitation from one IP within a minute with 429 RATE_LIMITED', async () => {
@@ -20,6 +29,22 @@ describe('rate limits on account endpoints', () => {
     const limited = await invite()
     expectProblem(limited, 429, 'RATE_LIMITED')
     expect(limited.headers['retry-after']).toBeDefined()
+  })
+
+  it('counts invitations of one email by invite-per-hour, not by the password reset allowance', async () => {
+    const admin = await newActor(t.app, { role: 'admin' })
+    const email = uniqueEmail('twice-invited')
+    // From three addresses, so the per-address allowance is not what answers.
+    const invite = (address: string) =>
+      asUser(t.app, admin.session, {
+        method: 'POST',
+        url: '/api/users',
+        payload: { email, organizationId: admin.user.organizationId },
+        remoteAddress: address,
+      })
+    expect((await invite('198.51.100.1')).statusCode).toBe(202)
+    expectProblem(await invite('198.51.100.2'), 409, 'ACCOUNT_EXISTS')
+    expectProblem(await invite('198.51.100.3'), 429, 'RATE_LIMITED')
   })
 
   it('answers the third reset confirmation from one IP within a minute with 429, before the token is looked at', async () => {

@@ -23,7 +23,10 @@ const testRoutes = protectedTestRoutes((feature) => {
 
 // Rate limits are raised on the shared app so that only the rate-limit test meets them.
 const t = useTestApp({
-  config: { 'platform.auth.rate-limit.login-per-minute': '1000' },
+  config: {
+    'platform.auth.rate-limit.login-per-minute': '1000',
+    'platform.auth.rate-limit.service-token-per-minute': '1000',
+  },
   configure: testRoutes,
 })
 
@@ -123,7 +126,7 @@ describe('POST /api/auth/service-token', () => {
     const account = await newServiceAccount()
     const limited = await createTestApp({
       database: t.database,
-      config: { 'platform.auth.rate-limit.login-per-minute': '3' },
+      config: { 'platform.auth.rate-limit.service-token-per-minute': '3' },
     })
     try {
       const from = (remoteAddress: string, clientSecret: string) =>

@@ -29,7 +29,15 @@ describe('configuration', () => {
     })
     expect(config.auth.refreshToken.ttl).toBe(30 * 86400)
     expect(config.auth.session.absoluteTtl).toBe(90 * 86400)
-    expect(config.auth.rateLimit).toEqual({ loginPerMinute: 10, resetPerHour: 5, refreshPerMinute: 60 })
+    expect(config.auth.rateLimit).toEqual({
+      loginPerMinute: 10,
+      refreshPerMinute: 60,
+      serviceTokenPerMinute: 10,
+      resetPerMinute: 10,
+      resetPerHour: 5,
+      invitePerMinute: 10,
+      invitePerHour: 5,
+    })
     expect(config.auth.cookie).toEqual({
       accessTokenName: 'access_token',
       refreshTokenName: 'refresh_token',

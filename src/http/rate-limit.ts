@@ -6,6 +6,10 @@ import { AppError } from '../errors.ts'
 import type { RetentionRule } from '../housekeeping/runner.ts'
 import { deleteRateLimitsBefore, hitRateLimit, unhitRateLimit } from './rate-limit-store.ts'
 
+/** The fixed windows a limit counts in, in seconds. */
+export const RATE_LIMIT_WINDOWS = { minute: 60, hour: 3600 } as const
+export type RateLimitWindow = keyof typeof RATE_LIMIT_WINDOWS
+
 /**
  * A limit as a route declares it (route config `rateLimit`), enforced before the handler runs by
  * src/http/rate-limits.ts. The counter is `<name>:<value>`, the value being the client address or a
@@ -17,7 +21,7 @@ export interface RateLimitRule {
   by: 'ip' | { field: string; caseless?: boolean }
   /** The configured allowance (platform.auth.rate-limit.*). */
   max: keyof Config['auth']['rateLimit']
-  windowSeconds: number
+  window: RateLimitWindow
   /** Only failures count: a successful request gives its hit back (the per-IP login limit, decisions 7). */
   failuresOnly?: boolean
 }
@@ -37,7 +41,7 @@ export function limitsFor(
     return {
       key: `${rule.name}:${value}`,
       max: config.auth.rateLimit[rule.max],
-      windowSeconds: rule.windowSeconds,
+      windowSeconds: RATE_LIMIT_WINDOWS[rule.window],
     }
   })
 }
@@ -91,10 +95,10 @@ export async function giveBack(db: Kysely<Database>, hits: CountedHit[]): Promis
   for (const hit of hits) await unhitRateLimit(db, hit.key, hit.windowStart)
 }
 
-/** The longest window any limit uses (the per-account reset limit: one hour). */
-export const LONGEST_WINDOW_SECONDS = 3600
+/** The longest window a limit can use: counters older than it are kept for nothing. */
+export const LONGEST_WINDOW_SECONDS = Math.max(...Object.values(RATE_LIMIT_WINDOWS))
 
-/** Retention: a counter whose window has passed counts nothing any more (issue 11 item 12). */
+/** Retention: a counter whose window has passed counts nothing any more. */
 export const rateLimitRetention: RetentionRule = {
   name: 'rate_limits',
   sweep: (db, now) =>

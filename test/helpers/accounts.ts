@@ -15,11 +15,17 @@ export const PASSWORD = 'correct horse battery staple'
 export const FRONTEND_URL = 'https://app.example.test'
 export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
-/** Cheap password hashing and generous login limits, for files that sign in many times a minute. */
+/**
+ * Cheap password hashing and generous allowances for logins, service tokens, resets and invitations,
+ * for files that make many of them a minute.
+ */
 export const FAST_LOGIN_CONFIG = {
   'platform.auth.password.hash-memory-kib': '1024',
   'platform.auth.password.hash-iterations': '1',
   'platform.auth.rate-limit.login-per-minute': '1000',
+  'platform.auth.rate-limit.service-token-per-minute': '1000',
+  'platform.auth.rate-limit.reset-per-minute': '1000',
+  'platform.auth.rate-limit.invite-per-minute': '1000',
 }
 
 /** Cheap password hashing, generous login limits, and links under a frontend distinct from the public URL. */

@@ -14,12 +14,12 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       config: {
         idempotent: true,
         rateLimit: [
-          { name: 'invite:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 },
+          { name: 'invite:ip', by: 'ip', max: 'invitePerMinute', window: 'minute' },
           {
             name: 'invite:email',
             by: { field: 'email', caseless: true },
-            max: 'resetPerHour',
-            windowSeconds: 3600,
+            max: 'invitePerHour',
+            window: 'hour',
           },
         ],
       },

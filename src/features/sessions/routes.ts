@@ -52,12 +52,12 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         // Checked before any password hash is computed. The per-account limit counts every attempt;
         // the per-IP one counts failures only, so an office behind one address can sign in (decisions 7).
         rateLimit: [
-          { name: 'login:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60, failuresOnly: true },
+          { name: 'login:ip', by: 'ip', max: 'loginPerMinute', window: 'minute', failuresOnly: true },
           {
             name: 'login:account',
             by: { field: 'username', caseless: true },
             max: 'loginPerMinute',
-            windowSeconds: 60,
+            window: 'minute',
           },
         ],
       },
@@ -86,7 +86,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config: {
         public: true,
-        rateLimit: [{ name: 'refresh:ip', by: 'ip', max: 'refreshPerMinute', windowSeconds: 60 }],
+        rateLimit: [{ name: 'refresh:ip', by: 'ip', max: 'refreshPerMinute', window: 'minute' }],
       },
       schema: {
         tags: ['authentication'],
@@ -116,12 +116,12 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
       config: {
         public: true,
         rateLimit: [
-          { name: 'service-token:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 },
+          { name: 'service-token:ip', by: 'ip', max: 'serviceTokenPerMinute', window: 'minute' },
           {
             name: 'service-token:client',
             by: { field: 'clientId' },
-            max: 'loginPerMinute',
-            windowSeconds: 60,
+            max: 'serviceTokenPerMinute',
+            window: 'minute',
           },
         ],
       },
