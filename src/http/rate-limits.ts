@@ -4,7 +4,7 @@
 // hashed for a request over its limit. Registered before the idempotency plugin, whose claim comes
 // after it. Limits whose rule counts failures
 // only give their hit back when the answer is a success. Needs config and db.
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { type CountedHit, enforceRateLimits, giveBack, limitsFor, type RateLimitRule } from './rate-limit.ts'
 

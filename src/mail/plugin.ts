@@ -3,7 +3,7 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { jwtSecrets } from '../config.ts'
-import { enqueueMail, MailOutboxWorker, mailOutboxBox, type SealedMailData, sealMailData } from './outbox.ts'
+import { MailOutboxWorker, mailOutboxBox, type SealedMailData, sealMailData } from './outbox.ts'
 import { MailTemplates } from './templates.ts'
 import { createMailTransport, type MailTransport } from './transports.ts'
 
