@@ -93,7 +93,50 @@ function buildValidator(externalSchemas: unknown, options: unknown): Compile {
   const pool = ajvPool as unknown as BuildFromPool
   const text = pool(externalSchemas, { ...rest, customOptions: { ...AJV_OPTIONS, coerceTypes: 'array' } })
   const body = pool(externalSchemas, { ...rest, customOptions: { ...AJV_OPTIONS, coerceTypes: false } })
-  return (route) => (route.httpPart === 'body' ? body(route) : text(route))
+  return (route) => (route.httpPart === 'body' ? body(route) : finiteOnly(text(route) as Validate))
+}
+
+/** A compiled Ajv validator, as Fastify calls it. */
+interface Validate {
+  (data: unknown, context?: unknown): unknown
+  errors?: unknown
+  schemaEnv?: unknown
+}
+
+/**
+ * Ajv's coercion turns text such as `Infinity` or `1e999` into a number that is not finite, which
+ * then passes `type: integer` and skips `minimum` and `maximum` (they compare finite numbers only):
+ * `?limit=Infinity` would reach the handler, and the database, as Infinity. After coercion, a value
+ * of a path, query or header that is not a finite number fails like any other schema violation.
+ */
+function finiteOnly(validate: Validate): Validate {
+  const checked: Validate = (data, context) => {
+    const valid = validate(data, context)
+    if (valid !== true) {
+      checked.errors = validate.errors
+      return valid
+    }
+    const path = nonFinitePath(data, '')
+    checked.errors =
+      path === null
+        ? null
+        : [{ instancePath: path, keyword: 'type', params: {}, message: 'must be a finite number' }]
+    return path === null
+  }
+  // Fastify passes the parent of the validated value only to a validator with this property.
+  checked.schemaEnv = validate.schemaEnv
+  return checked
+}
+
+function nonFinitePath(value: unknown, path: string): string | null {
+  if (typeof value === 'number') return Number.isFinite(value) ? null : path
+  if (value && typeof value === 'object') {
+    for (const [key, inner] of Object.entries(value)) {
+      const found = nonFinitePath(inner, `${path}/${key}`)
+      if (found !== null) return found
+    }
+  }
+  return null
 }
 const validatorFor = buildValidator as unknown as ValidatorFactory
 

@@ -162,10 +162,14 @@ describe('error responses', () => {
     expect(logged?.requestId).toBe(res.headers['x-request-id'])
   })
 
-  it('answers a value the database cannot store (a NUL character) with 400, not 500', async () => {
+  it('answers a value the database cannot store (a NUL character) with 400 VALIDATION_FAILED, not 500', async () => {
     const res = await t.app.inject({ method: 'POST', url: '/test/store', payload: { value: 'a\u0000b' } })
     expect(res.statusCode).toBe(400)
-    expect(res.json().code).toBe('BAD_REQUEST')
+    expect(res.json()).toMatchObject({
+      code: 'VALIDATION_FAILED',
+      errors: [{ path: 'request', message: 'contains a value that cannot be stored' }],
+    })
+    expect(res.body).not.toMatch(/0x00|UTF8|select/)
   })
 
   it('answers an unreachable database with 503 SERVICE_UNAVAILABLE', async () => {

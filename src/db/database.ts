@@ -326,3 +326,20 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     error.message,
   )
 }
+
+/**
+ * True when the database refused a value as data: SQLSTATE class 22, data exception (a NUL
+ * character in text, a timestamp or number out of range, text that is not a valid uuid). The value
+ * came with the request, so this is the caller's mistake, never an outage, whatever wrapped it on
+ * the way up: the `cause` chain is followed. Both drivers (pg and PGlite) give the SQLSTATE as
+ * `code` and a `severity`, which error codes of Node (`ERR_…`, `ECONN…`) never have.
+ */
+export function isDataException(error: unknown): boolean {
+  let current = error
+  for (let depth = 0; depth < 8 && current instanceof Error; depth++) {
+    const code = (current as { code?: unknown }).code
+    if (typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code) && 'severity' in current) return true
+    current = current.cause
+  }
+  return false
+}

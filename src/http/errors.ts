@@ -1,10 +1,10 @@
-// Renders every error as application/problem+json (decisions 5) and registers the shared
-// `Problem` schema; needs nothing. Internal details (stack, SQL, messages of unexpected errors)
-// never reach a response; they are logged with the request id instead.
+// Renders every error as application/problem+json and registers the shared `Problem` schema;
+// needs nothing. Internal details (stack, SQL, messages of unexpected errors) never reach a
+// response; they are logged with the request id instead.
 import type { Duplex } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { isDatabaseUnavailable } from '../db/database.ts'
+import { isDatabaseUnavailable, isDataException } from '../db/database.ts'
 import {
   AppError,
   ErrorCatalogue,
@@ -38,11 +38,6 @@ const GENERIC_CODES: Record<number, ErrorCode> = {
 
 const MALFORMED_BODY_CODES = new Set(['FST_ERR_CTP_EMPTY_JSON_BODY', 'FST_ERR_CTP_INVALID_JSON_BODY'])
 
-const isInvalidData = (error: FastifyError) =>
-  typeof (error as { code?: unknown }).code === 'string' &&
-  /^22[0-9A-Z]{3}$/.test(error.code) &&
-  'severity' in error
-
 function validationErrors(error: FastifyError): { path: string; message: string }[] {
   const context = error.validationContext ?? 'body'
   return ((error.validation ?? []) as ValidationIssue[]).map((issue) => {
@@ -69,7 +64,21 @@ interface Rendered {
   extensions?: Record<string, unknown>
 }
 
+/**
+ * A value of the request the database refused as data (SQLSTATE class 22): 400, never 503 or 500,
+ * also when a layer on the way up wrapped it as an outage. The detail names no SQL and no value.
+ */
+const REFUSED_VALUE: Rendered = {
+  code: 'VALIDATION_FAILED',
+  status: 400,
+  detail: 'The request contains a value that cannot be stored',
+  extensions: { errors: [{ path: 'request', message: 'contains a value that cannot be stored' }] },
+}
+
 function classify(error: FastifyError): Rendered {
+  // A deliberate 4xx stands; a 5xx (an AppError or not) caused by a refused value does not.
+  const clientError = error instanceof AppError && error.status < 500
+  if (!clientError && isDataException(error)) return REFUSED_VALUE
   if (error instanceof AppError) {
     return {
       code: error.code,
@@ -89,10 +98,6 @@ function classify(error: FastifyError): Rendered {
   }
   if (MALFORMED_BODY_CODES.has(error.code) || (error.statusCode === 400 && error instanceof SyntaxError)) {
     return { code: 'MALFORMED_JSON', status: 400, detail: 'The request body is not valid JSON' }
-  }
-  if (isInvalidData(error)) {
-    // SQLSTATE class 22 (data exception): a value the database cannot store, such as a NUL character.
-    return { code: 'BAD_REQUEST', status: 400, detail: 'The request contains a value that cannot be stored' }
   }
   if (isDatabaseUnavailable(error)) {
     return {
@@ -191,7 +196,7 @@ async function errorsPlugin(app: FastifyInstance) {
       ...problemResponses(...statuses),
       ...(schema.response as object | undefined),
     }
-    // A 201 names what it created (decisions 7): the document says so for every one.
+    // A 201 names what it created: the document says so for every one.
     const created = response['201'] as Record<string, unknown> | undefined
     if (created && !('content' in created)) {
       response['201'] = {

@@ -3,10 +3,10 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses } from '../../errors.ts'
 import { requireUser } from '../../principal.ts'
-import { Empty } from './schemas.ts'
+import { EmailAddress, Empty } from './schemas.ts'
 
 const PasswordResetRequest = Type.Object(
-  { email: Type.String({ minLength: 1, maxLength: 320 }) },
+  { email: EmailAddress(1) },
   {
     additionalProperties: false,
     $id: 'PasswordResetRequest',
@@ -59,12 +59,12 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
       config: {
         public: true,
         rateLimit: [
-          { name: 'reset:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 },
+          { name: 'reset:ip', by: 'ip', max: 'resetPerMinute', window: 'minute' },
           {
             name: 'reset:account',
             by: { field: 'email', caseless: true },
             max: 'resetPerHour',
-            windowSeconds: 3600,
+            window: 'hour',
           },
         ],
       },
@@ -90,7 +90,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config: {
         public: true,
-        rateLimit: [{ name: 'reset-confirm:ip', by: 'ip', max: 'loginPerMinute', windowSeconds: 60 }],
+        rateLimit: [{ name: 'reset-confirm:ip', by: 'ip', max: 'resetPerMinute', window: 'minute' }],
       },
       schema: {
         tags: ['authentication'],

@@ -1,10 +1,13 @@
 import { Type } from '@sinclair/typebox'
 
 const Uuid = Type.String({ format: 'uuid' })
+/** An address as sent: stored and looked up as text, so no control characters (PostgreSQL refuses NUL). */
+export const EmailAddress = (minLength: number) =>
+  Type.String({ minLength, maxLength: 320, pattern: '^[^\\x00-\\x1f\\x7f]+$' })
 
 export const InviteUserRequest = Type.Object(
   {
-    email: Type.String({ minLength: 3, maxLength: 320 }),
+    email: EmailAddress(3),
     organizationId: Uuid,
     role: Type.Optional(Type.Union([Type.Literal('admin'), Type.Literal('member')], { default: 'member' })),
   },

@@ -11,7 +11,8 @@ const CheckRequest = Type.Object(
   {
     relation: Identifier,
     objectType: Identifier,
-    objectId: Type.String({ minLength: 1, maxLength: 256, pattern: '^[^\\s#:*]+$' }),
+    // No control characters: PostgreSQL text refuses NUL, and no object id needs the others.
+    objectId: Type.String({ minLength: 1, maxLength: 256, pattern: '^[^\\s#:*\\x00-\\x1f\\x7f]+$' }),
   },
   {
     additionalProperties: false,

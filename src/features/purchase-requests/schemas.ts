@@ -41,7 +41,13 @@ export const PurchaseRequestParams = Type.Object({ id: Uuid })
 export const ListQuery = Type.Object(
   {
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size' })),
-    cursor: Type.Optional(Type.String({ maxLength: 200, description: 'nextCursor of the previous page' })),
+    cursor: Type.Optional(
+      Type.String({
+        maxLength: 200,
+        pattern: '^[A-Za-z0-9_-]*$',
+        description: 'nextCursor of the previous page',
+      }),
+    ),
     status: Type.Optional(Status),
   },
   { additionalProperties: false },

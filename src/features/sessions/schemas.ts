@@ -2,10 +2,17 @@ import { Type } from '@sinclair/typebox'
 
 export const Uuid = Type.String({ format: 'uuid' })
 const DateTime = Type.String({ format: 'date-time' })
+/** Text looked up in the database: no control characters (PostgreSQL text refuses NUL). */
+const NO_CONTROLS = '^[^\\x00-\\x1f\\x7f]+$'
 
 export const LoginRequest = Type.Object(
   {
-    username: Type.String({ minLength: 1, maxLength: 320, description: 'The account email' }),
+    username: Type.String({
+      minLength: 1,
+      maxLength: 320,
+      pattern: NO_CONTROLS,
+      description: 'The account email',
+    }),
     password: Type.String({ minLength: 1, maxLength: 1024 }),
     otpCode: Type.Optional(
       Type.String({
@@ -56,7 +63,7 @@ export const NoContent = Type.Null({ description: 'No content' })
 
 export const ServiceTokenRequest = Type.Object(
   {
-    clientId: Type.String({ minLength: 1, maxLength: 100 }),
+    clientId: Type.String({ minLength: 1, maxLength: 100, pattern: NO_CONTROLS }),
     clientSecret: Type.String({ minLength: 1, maxLength: 256 }),
   },
   {
