@@ -92,9 +92,23 @@ export function answerWithEffect<T>(
 }
 
 /** Sends what `answerWithEffect` recorded (or would have): the route's one reply. */
-export function sendAnswer(reply: FastifyReply, { status, location, body }: IdempotentAnswer) {
+function sendAnswer(reply: FastifyReply, { status, location, body }: IdempotentAnswer) {
   if (location) reply.header('location', location)
   return reply.code(status).send(body)
+}
+
+/**
+ * The handler of an idempotent create: runs `create` with the `along` that records the answer in
+ * the create's transaction (when the request claimed a key), then sends that answer.
+ */
+export async function idempotentCreate<T>(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  answer: (result: T) => IdempotentAnswer,
+  create: (along: AlongWith<T> | undefined) => Promise<T>,
+) {
+  const result = await create(answerWithEffect(request, reply, answer))
+  return sendAnswer(reply, answer(result))
 }
 
 /** `body` as the route's serializer for `status` writes it (a response declared per media type, or not). */

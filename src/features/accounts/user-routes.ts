@@ -3,7 +3,7 @@
 // authorization server.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problemResponses } from '../../errors.ts'
-import { answerWithEffect, sendAnswer } from '../../http/idempotency.ts'
+import { idempotentCreate } from '../../http/idempotency.ts'
 import { requireUser } from '../../principal.ts'
 import { Empty, InviteUserRequest, UserIdResponse, UserParams, UserStateResponse } from './schemas.ts'
 
@@ -35,12 +35,9 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const caller = requireUser(request)
       const { email, organizationId, role = 'member' } = request.body
       const answer = (result: { userId: string }) => ({ status: 202, location: null, body: result })
-      const result = await app.services.users.invite(
-        caller,
-        { email, organizationId, role },
-        answerWithEffect(request, reply, answer),
+      return idempotentCreate(request, reply, answer, (along) =>
+        app.services.users.invite(caller, { email, organizationId, role }, along),
       )
-      return sendAnswer(reply, answer(result))
     },
   )
 

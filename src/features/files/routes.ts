@@ -3,7 +3,7 @@
 // Relations are checked on the resource the file belongs to (src/features/files/service.ts).
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problemResponses } from '../../errors.ts'
-import { answerWithEffect, sendAnswer } from '../../http/idempotency.ts'
+import { idempotentCreate } from '../../http/idempotency.ts'
 import { requirePrincipal } from '../../principal.ts'
 import {
   DownloadUrl,
@@ -44,12 +44,9 @@ const filesRoutes: FastifyPluginAsyncTypebox = async (app) => {
           uploadHeaders: upload.uploadHeaders,
         },
       })
-      const upload = await app.services.files.initiate(
-        requirePrincipal(request),
-        request.body,
-        answerWithEffect(request, reply, answer),
+      return idempotentCreate(request, reply, answer, (along) =>
+        app.services.files.initiate(requirePrincipal(request), request.body, along),
       )
-      return sendAnswer(reply, answer(upload))
     },
   )
 

@@ -3,7 +3,7 @@
 // the template for adding a resource (README, "Adding a resource").
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problemResponses, validationFailed } from '../../errors.ts'
-import { answerWithEffect, sendAnswer } from '../../http/idempotency.ts'
+import { idempotentCreate } from '../../http/idempotency.ts'
 import { requirePrincipal } from '../../principal.ts'
 import { FileRecord, fileLocation, toFileRecord } from '../files/index.ts'
 import type { PageKey, PurchaseRequestEventRow, PurchaseRequestRow } from './repository.ts'
@@ -42,12 +42,17 @@ const toHistoryEntry = (row: PurchaseRequestEventRow) => ({
 const encodeCursor = (key: PageKey) =>
   Buffer.from(JSON.stringify([key.createdAt.toISOString(), key.id])).toString('base64url')
 
+/**
+ * Whether a cursor's time can be one this API wrote, from a stored creation time: years 1 to 9999.
+ * A Date reaches ±275760 years; PostgreSQL (and PGlite) refuse most of that range as out of range.
+ */
+const storable = (date: Date) => date.getUTCFullYear() >= 1 && date.getUTCFullYear() <= 9999
+
 function decodeCursor(cursor: string): PageKey {
   try {
     const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string]
     const date = new Date(createdAt)
-    if (typeof id !== 'string' || !/^[0-9a-f-]{36}$/.test(id) || Number.isNaN(date.getTime()))
-      throw new Error()
+    if (typeof id !== 'string' || !/^[0-9a-f-]{36}$/.test(id) || !storable(date)) throw new Error()
     const key = { createdAt: date, id }
     // Only a cursor exactly as this API wrote it is accepted.
     if (encodeCursor(key) !== cursor) throw new Error()
@@ -90,12 +95,9 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
         location: `/api/purchase-requests/${row.id}`,
         body: toPurchaseRequest(row),
       })
-      const row = await service.create(
-        requirePrincipal(request),
-        request.body,
-        answerWithEffect(request, reply, answer),
+      return idempotentCreate(request, reply, answer, (along) =>
+        service.create(requirePrincipal(request), request.body, along),
       )
-      return sendAnswer(reply, answer(row))
     },
   )
 
