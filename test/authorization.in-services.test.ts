@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
+import { runWithTenant } from '../src/context.ts'
 import { inTransaction } from '../src/db/database.ts'
 import type { UserPrincipal } from '../src/principal.ts'
 import {
@@ -51,7 +52,10 @@ describe('organization configuration decided by its service', () => {
     })
     expect(await config.getValue(home.organizationId, 'theme')).toBeUndefined()
 
-    await config.put(principalOf(home), home.organizationId, 'theme', 'dark')
+    // The service acts in the caller's organization, as a request of theirs would.
+    await runWithTenant(home.organizationId, () =>
+      config.put(principalOf(home), home.organizationId, 'theme', 'dark'),
+    )
     expect(await config.getValue(home.organizationId, 'theme')).toBe('dark')
   })
 
@@ -59,7 +63,9 @@ describe('organization configuration decided by its service', () => {
     const admin = await newUser(t.app, { role: 'admin' })
     const member = await newUser(t.app, { organizationId: admin.organizationId })
     const config = t.app.services.orgConfig
-    await config.put(principalOf(admin), admin.organizationId, 'theme', 'light')
+    await runWithTenant(admin.organizationId, () =>
+      config.put(principalOf(admin), admin.organizationId, 'theme', 'light'),
+    )
     await expect(
       config.put(principalOf(member), admin.organizationId, 'theme', 'dark'),
     ).rejects.toMatchObject({
@@ -68,9 +74,10 @@ describe('organization configuration decided by its service', () => {
     await expect(config.delete(principalOf(member), admin.organizationId, 'theme')).rejects.toMatchObject({
       code: 'ACCESS_DENIED',
     })
-    expect(
-      (await config.list(principalOf(member), admin.organizationId)).map((entry) => entry.value),
-    ).toEqual(['light'])
+    const entries = await runWithTenant(admin.organizationId, () =>
+      config.list(principalOf(member), admin.organizationId),
+    )
+    expect(entries.map((entry) => entry.value)).toEqual(['light'])
   })
 })
 

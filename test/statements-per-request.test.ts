@@ -4,7 +4,7 @@ import { FAST_LOGIN_CONFIG, newActor, refresh, sessionOf } from './helpers/accou
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
-// Round trips are the cost of a request (issue 15): each statement costs about 200 µs of CPU on
+// Round trips are the cost of a request: each statement costs about 200 µs of CPU on
 // this machine. These pin the statements the hot paths execute, counted as results coming back
 // through the app's database (one per executed statement; transactions would add BEGIN and COMMIT).
 
@@ -70,5 +70,25 @@ describe('statements per request', () => {
     expect(result.json()).toMatchObject({ allowed: true })
     expect(statements).toBe(1)
     expect(user.organizationId).toBe(created.json().organizationId)
+  })
+
+  it("reads a purchase request of the caller's organization and checks can_view in one statement", async () => {
+    const { session } = await newActor(t.app)
+    const created = await t.app.inject({
+      method: 'POST',
+      url: '/api/purchase-requests',
+      cookies: { access_token: session.access },
+      payload: { title: 'Read with its check' },
+    })
+    expect(created.statusCode).toBe(201)
+    const { statements, result } = await counted(() =>
+      t.app.inject({
+        method: 'GET',
+        url: `/api/purchase-requests/${created.json().id}`,
+        cookies: { access_token: session.access },
+      }),
+    )
+    expect(result.json()).toEqual(created.json())
+    expect(statements).toBe(1)
   })
 })

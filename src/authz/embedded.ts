@@ -1,5 +1,5 @@
 import { type Kysely, sql } from 'kysely'
-import { inTransaction } from '../db/database.ts'
+import { inTransaction, isDataException } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import type { ModelIndex, RelationReference, Userset } from './model.ts'
 import {
@@ -16,14 +16,14 @@ import {
   insertTuples,
   insertTuplesLogged,
   type LookupRow,
-  type RowsQuery,
+  type RowsRead,
   type SubjectRow,
   type TupleLookup,
   type TupleRow,
 } from './tuple-store.ts'
 import { enqueueTupleChanges, outboxRowsOf, type TupleRecorder } from './tuples.ts'
 
-// The embedded authorization evaluator (decisions 3): OpenFGA's check semantics for a schema 1.1
+// The embedded authorization evaluator: OpenFGA's check semantics for a schema 1.1
 // model, over the tuples in `authz_tuples`. What it evaluates: direct relations restricted to the
 // types the model names (`[user, api_key]`, usersets `[group#member]`, wildcards `[user:*]`),
 // computed usersets, tuple-to-userset, union, intersection and exclusion. What it does not: conditions
@@ -59,7 +59,7 @@ export class ResolutionDepthExceededError extends AuthorizationUnavailableError 
 }
 
 /**
- * The model uses what this evaluator does not evaluate: refused at start-up (decisions 7) rather
+ * The model uses what this evaluator does not evaluate: refused at start-up rather
  * than answered wrongly.
  */
 export class UnsupportedModelError extends Error {
@@ -549,15 +549,16 @@ export class EmbeddedAuthorization implements AuthorizationPort {
   }
 
   /**
-   * `check`, plus a read from `db`: when `db` is the one this evaluator reads, the read runs in the
-   * statement of the check's first round of lookups (one round trip where the two cost two). The
-   * answer is exactly `check`'s; the rows are the read's, read alone when the check needs no lookup
-   * or `db` is another database.
+   * `check`, plus a read from `db` (Permissions' CheckAlongRead, not a port operation): when `db` is
+   * the one this evaluator reads, the read is composed as a subquery into the statement of the
+   * check's first round of lookups (one round trip where the two cost two). The answer is exactly
+   * `check`'s; the rows are the read's, read alone when the check needs no lookup or `db` is another
+   * database.
    */
   checkWithRead<Row extends object>(
     request: CheckRequest,
     db: Kysely<Database>,
-    read: RowsQuery<Row>,
+    read: RowsRead<Row>,
   ): Promise<{ allowed: boolean; rows: Row[] }> {
     if (db !== this.#db) {
       return this.#answer(async () => {
@@ -646,7 +647,10 @@ export class EmbeddedAuthorization implements AuthorizationPort {
     this.#closed = true
   }
 
-  /** Runs one operation; anything but a request the model rejects means the evaluator cannot answer. */
+  /**
+   * Runs one operation; anything but a request the model rejects, or a value of the request the
+   * database refuses as data (a NUL character in an object id), means the evaluator cannot answer.
+   */
   async #answer<T>(work: () => Promise<T>): Promise<T> {
     if (this.#closed)
       throw new AuthorizationUnavailableError('the embedded authorization evaluator is closed')
@@ -655,6 +659,7 @@ export class EmbeddedAuthorization implements AuthorizationPort {
     } catch (error) {
       if (error instanceof AuthorizationRequestError || error instanceof AuthorizationUnavailableError)
         throw error
+      if (isDataException(error)) throw error
       throw new AuthorizationUnavailableError(
         `the embedded authorization evaluator cannot answer: ${(error as Error)?.message ?? String(error)}`,
         { cause: error },

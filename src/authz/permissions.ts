@@ -1,9 +1,10 @@
 import type { Kysely } from 'kysely'
+import { isDataException } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import type { Principal } from '../principal.ts'
-import { type AuthorizationPort, AuthorizationRequestError } from './port.ts'
-import type { RowsQuery } from './tuple-store.ts'
+import { type AuthorizationPort, AuthorizationRequestError, type CheckRequest } from './port.ts'
+import type { RowsRead } from './tuple-store.ts'
 
 /**
  * The permission questions domain code asks. Checks fail closed: an authorization server that
@@ -25,8 +26,22 @@ export interface Permissions {
     relation: string,
     object: string,
     db: Kysely<Database>,
-    read: RowsQuery<Row>,
+    read: RowsRead<Row>,
     options?: { ifFound?: boolean },
+  ): Promise<{ allowed: boolean; rows: Row[] }>
+}
+
+/**
+ * An evaluator that reads tuples from the application's database can answer a check together with
+ * a read of that database, in one statement (the embedded evaluator). The authorization port has no
+ * such operation: an authorization server is asked after the read.
+ */
+export interface CheckAlongRead {
+  /** Exactly `check`'s answer, and the read's rows. */
+  checkWithRead<Row extends object>(
+    request: CheckRequest,
+    db: Kysely<Database>,
+    read: RowsRead<Row>,
   ): Promise<{ allowed: boolean; rows: Row[] }>
 }
 
@@ -54,6 +69,7 @@ export function createPermissions(
   port: AuthorizationPort,
   log: { error(fields: object, message: string): void },
   pending?: PendingTupleChanges,
+  alongRead?: CheckAlongRead,
 ): Permissions {
   async function check(principal: Principal, relation: string, object: string): Promise<boolean> {
     const subject = subjectOf(principal)
@@ -79,17 +95,18 @@ export function createPermissions(
     relation: string,
     object: string,
     db: Kysely<Database>,
-    read: RowsQuery<Row>,
+    read: RowsRead<Row>,
     options: { ifFound?: boolean } = {},
   ): Promise<{ allowed: boolean; rows: Row[] }> {
     const subject = subjectOf(principal)
-    const combined = port.checkWithRead?.bind(port)
-    if (!subject || !combined) {
+    if (!subject || !alongRead) {
       const rows = await read.execute()
       if (options.ifFound && rows.length === 0) return { allowed: false, rows }
       return { allowed: await check(principal, relation, object), rows }
     }
-    const answer = await answered(() => combined({ user: subject, relation, object }, db, read))
+    const answer = await answered(() =>
+      alongRead.checkWithRead({ user: subject, relation, object }, db, read),
+    )
     if (answer.allowed) return answer
     return { allowed: await askAfterQueue(subject, relation, object), rows: answer.rows }
   }
@@ -98,12 +115,17 @@ export function createPermissions(
     return answered(() => port.check({ user: subject, relation, object }))
   }
 
-  /** An answer of the port; 400 for a question the model cannot express, 503 when it cannot answer. */
+  /**
+   * An answer of the port; 400 for a question the model cannot express, 503 when it cannot answer.
+   * A value the database refuses as data (SQLSTATE class 22) goes up as it is, for the error
+   * handler's 400: the request is at fault, not the authorization server.
+   */
   async function answered<T>(question: () => Promise<T>): Promise<T> {
     try {
       return await question()
     } catch (error) {
       if (error instanceof AuthorizationRequestError) throw new AppError('BAD_REQUEST', error.message)
+      if (isDataException(error)) throw error
       log.error({ err: error }, 'authorization check could not be answered')
       throw new AppError('SERVICE_UNAVAILABLE', 'The authorization server is unavailable', {
         headers: { 'retry-after': '5' },

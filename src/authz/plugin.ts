@@ -77,8 +77,10 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
     listen: app.database.listen,
   })
 
-  // The embedded evaluator applies changes in their own transaction; for a server they are queued.
-  const recorder = port instanceof EmbeddedAuthorization ? port.recorderFor(app.db) : null
+  // The embedded evaluator applies changes in their own transaction, and answers a check along with
+  // a read of this database in one statement; for a server changes are queued and reads come first.
+  const embedded = port instanceof EmbeddedAuthorization ? port : undefined
+  const recorder = embedded ? embedded.recorderFor(app.db) : null
   const permissions = createPermissions(
     port,
     app.log,
@@ -88,6 +90,7 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
           waiting: (subject, object) => hasPendingTupleChange(app.db, subject, object),
           deliver: () => outbox.kick(),
         },
+    embedded,
   )
 
   app.decorate('authz', {

@@ -1,9 +1,5 @@
-import type { Kysely } from 'kysely'
-import type { Database } from '../db/schema.ts'
-import type { RowsQuery } from './tuple-store.ts'
-
 // The authorization port: what the service asks of a relationship-based authorization server
-// (OpenFGA's API, spec 2.12). Two adapters implement it: OpenFGA over HTTP and the embedded
+// (OpenFGA's API). Two adapters implement it: OpenFGA over HTTP and the embedded
 // evaluator over tuples in PostgreSQL; both pass the same contract suite.
 
 /** A relationship tuple, in OpenFGA's terms: `user` (a subject such as `user:<id>`,
@@ -19,16 +15,6 @@ export type CheckRequest = TupleKey
 export interface AuthorizationPort {
   /** Whether `user` has `relation` on `object` under the model. */
   check(request: CheckRequest): Promise<boolean>
-  /**
-   * `check`, plus a read from `db`, in as few round trips as the adapter can (the embedded
-   * evaluator: one statement for the read and the check's first round of lookups). Adapters
-   * without it are asked `check` after the read.
-   */
-  checkWithRead?<Row extends object>(
-    request: CheckRequest,
-    db: Kysely<Database>,
-    read: RowsQuery<Row>,
-  ): Promise<{ allowed: boolean; rows: Row[] }>
   /** Writes and deletes tuples. Idempotent: writing an existing tuple or deleting a missing one is no error. */
   write(writes: TupleKey[], deletes: TupleKey[]): Promise<void>
   /** Resolves when the server answers (readiness). */

@@ -1,4 +1,4 @@
-import { CompiledQuery, type Insertable, type RawBuilder, sql } from 'kysely'
+import { type AliasableExpression, type Insertable, type RawBuilder, sql } from 'kysely'
 import type { AuthzOutboxTable, Executor } from '../db/schema.ts'
 
 // The relationship tuples of the embedded authorization evaluator. Every lookup takes a list of
@@ -115,44 +115,36 @@ export async function findTuplesForLookups(
   db: Executor,
   lookups: readonly TupleLookup[],
 ): Promise<LookupRow[]> {
-  const statement = lookupsStatement(lookups, 1)
-  if (!statement) return []
-  const { rows } = await db.executeQuery<LookupRow>(CompiledQuery.raw(statement.sql, statement.parameters))
+  const query = lookupsQuery(lookups)
+  if (!query) return []
+  const { rows } = await query.execute(db)
   return rows.map((row) => ({ ...row, lookup: Number(row.lookup) }))
 }
 
-const LOOKUP_COLUMNS = '"object_id", "subject_type", "subject_id", "subject_relation"'
+const LOOKUP_COLUMNS = sql`"object_id", "subject_type", "subject_id", "subject_relation"`
+const NOT_PREFETCHED = sql`null::text as "prefetched_type", null::text as "prefetched_relation"`
+const UNION_ALL = sql` union all `
 
 /**
- * The statement of findTuplesForLookups, its parameters numbered from `first`; null when there is
- * nothing to look up. Written as text rather than built with Kysely: building and compiling this
- * union on every check was a quarter of a check's CPU. Every value is a parameter (lists as one
- * text[] each); only the lookup's index, a number, is written into the text.
+ * The statement of findTuplesForLookups; null when there is nothing to look up. Written with
+ * Kysely's sql template rather than its select builder: building and compiling this union with the
+ * builder on every check was a quarter of a check's CPU. Every value is a parameter (lists as one
+ * text[] each); only the lookup's index, a number, is a literal.
  */
-function lookupsStatement(
-  lookups: readonly TupleLookup[],
-  first: number,
-): { sql: string; parameters: unknown[] } | null {
-  const parameters: unknown[] = []
-  const param = (value: unknown) => {
-    parameters.push(value)
-    return `$${first + parameters.length - 1}`
-  }
-  const parts: string[] = []
+function lookupsQuery(lookups: readonly TupleLookup[]): RawBuilder<LookupRow> | null {
+  const parts: RawBuilder<unknown>[] = []
   lookups.forEach((lookup, index) => {
-    const onObjects = (alias: string) =>
-      `${alias}"object_type" = ${param(lookup.objectType)} and ${alias}"object_id" = any(${param(lookup.objectIds)}::text[]) and ${alias}"relation" = ${param(lookup.relation)}`
-    const tuplesOf = (condition: string) =>
-      `select ${LOOKUP_COLUMNS}, ${index} as "lookup", null::text as "prefetched_type", null::text as "prefetched_relation" from "authz_tuples" where ${onObjects('')} and ${condition}`
+    const tag = sql.lit(index)
+    const onObjects = (alias: RawBuilder<unknown>) =>
+      sql`${alias}"object_type" = ${lookup.objectType} and ${alias}"object_id" = any(${lookup.objectIds}::text[]) and ${alias}"relation" = ${lookup.relation}`
+    const tuplesOf = (condition: RawBuilder<unknown>) =>
+      sql`select ${LOOKUP_COLUMNS}, ${tag} as "lookup", ${NOT_PREFETCHED} from "authz_tuples" where ${onObjects(NO_ALIAS)} and ${condition}`
     if (lookup.kind === 'parents') {
-      parts.push(tuplesOf(`"subject_relation" = ${param('')}`))
+      parts.push(tuplesOf(sql`"subject_relation" = ${''}`))
       const subject = lookup.prefetchFor
       if (subject) {
         parts.push(
-          `select "m"."object_id", "m"."subject_type", "m"."subject_id", "m"."subject_relation", ${index} as "lookup", "m"."object_type" as "prefetched_type", "m"."relation" as "prefetched_relation"` +
-            ` from "authz_tuples" as "p" inner join "authz_tuples" as "m" on "m"."object_type" = "p"."subject_type" and "m"."object_id" = "p"."subject_id"` +
-            ` where ${onObjects('"p".')} and "p"."subject_relation" = ${param('')}` +
-            ` and "m"."subject_type" = ${param(subject.type)} and "m"."subject_id" = any(${param(subject.ids)}::text[]) and "m"."subject_relation" = ${param(subject.relation)}`,
+          sql`select "m"."object_id", "m"."subject_type", "m"."subject_id", "m"."subject_relation", ${tag} as "lookup", "m"."object_type" as "prefetched_type", "m"."relation" as "prefetched_relation" from "authz_tuples" as "p" inner join "authz_tuples" as "m" on "m"."object_type" = "p"."subject_type" and "m"."object_id" = "p"."subject_id" where ${onObjects(PARENT)} and "p"."subject_relation" = ${''} and "m"."subject_type" = ${subject.type} and "m"."subject_id" = any(${subject.ids}::text[]) and "m"."subject_relation" = ${subject.relation}`,
         )
       }
       return
@@ -161,47 +153,59 @@ function lookupsStatement(
     if (subject) {
       parts.push(
         tuplesOf(
-          `"subject_type" = ${param(subject.type)} and "subject_id" = any(${param(subject.ids)}::text[]) and "subject_relation" = ${param(subject.relation)}`,
+          sql`"subject_type" = ${subject.type} and "subject_id" = any(${subject.ids}::text[]) and "subject_relation" = ${subject.relation}`,
         ),
       )
     }
-    if (lookup.usersets) parts.push(tuplesOf(`"subject_relation" <> ${param('')}`))
+    if (lookup.usersets) parts.push(tuplesOf(sql`"subject_relation" <> ${''}`))
   })
   if (parts.length === 0) return null
-  return { sql: parts.map((part) => `(${part})`).join(' union all '), parameters }
+  return sql<LookupRow>`${sql.join(
+    parts.map((part) => sql`(${part})`),
+    UNION_ALL,
+  )}`
 }
 
+const NO_ALIAS = sql``
+const PARENT = sql`"p".`
+
 /**
- * A read and the tuples of lookups, in one statement: a two-row list is joined to the read's rows
- * on its first row and to the lookup rows on its second, so every row of either comes back once,
- * each lookup row as findTuplesForLookups would answer it and the read's rows in the read's order
- * (numbered as they come out of it). What a check's first round of lookups and the read of what
- * it is about cost in one round trip instead of two.
+ * A read and the tuples of lookups, in one statement: the read's rows (numbered as they come out
+ * of it) fully joined on false to the lookup rows, so that every row of either comes back once,
+ * each lookup row as findTuplesForLookups would answer it and the read's rows in the read's order.
+ * What a check's first round of lookups and the read of what it is about cost in one round trip
+ * instead of two. The read is composed as a subquery, never as text; its columns must not start
+ * with `authz_`.
  */
 export async function findWithLookups<Row extends object>(
   db: Executor,
-  read: RowsQuery<Row>,
+  read: RowsRead<Row>,
   lookups: readonly TupleLookup[],
 ): Promise<{ rows: Row[]; lookupRows: LookupRow[] }> {
-  const compiled = read.compile()
-  const tuples = lookupsStatement(lookups, compiled.parameters.length + 1)
-  if (!tuples) return { rows: (await db.executeQuery<Row>(compiled)).rows, lookupRows: [] }
-  const result = await db.executeQuery<Record<string, unknown>>(
-    CompiledQuery.raw(
-      `select "r".*, "l"."object_id" as "authz_object_id", "l"."subject_type" as "authz_subject_type",` +
-        ` "l"."subject_id" as "authz_subject_id", "l"."subject_relation" as "authz_subject_relation",` +
-        ` "l"."lookup" as "authz_lookup", "l"."prefetched_type" as "authz_prefetched_type",` +
-        ` "l"."prefetched_relation" as "authz_prefetched_relation"` +
-        ` from (values (1), (2)) as "authz_part" ("tag")` +
-        ` left join (select row_number() over () as "authz_n", "q".* from (${compiled.sql}) as "q") as "r" on "authz_part"."tag" = 1` +
-        ` left join (${tuples.sql}) as "l" on "authz_part"."tag" = 2` +
-        ` order by "authz_part"."tag", "r"."authz_n"`,
-      [...compiled.parameters, ...tuples.parameters],
-    ),
-  )
+  const tuples = lookupsQuery(lookups)
+  if (!tuples) return { rows: await read.execute(), lookupRows: [] }
+  const numbered = db
+    .selectFrom(read.as('authz_read'))
+    .selectAll('authz_read')
+    .select(sql<string>`row_number() over ()`.as('authz_n'))
+  const result = await db
+    .selectFrom(numbered.as('r'))
+    .fullJoin(sql<LookupRow>`(${tuples})`.as('l'), (join) => join.on(sql.lit(false)))
+    .selectAll('r')
+    .select([
+      'l.object_id as authz_object_id',
+      'l.subject_type as authz_subject_type',
+      'l.subject_id as authz_subject_id',
+      'l.subject_relation as authz_subject_relation',
+      'l.lookup as authz_lookup',
+      'l.prefetched_type as authz_prefetched_type',
+      'l.prefetched_relation as authz_prefetched_relation',
+    ])
+    .orderBy('r.authz_n')
+    .execute()
   const rows: Row[] = []
   const lookupRows: LookupRow[] = []
-  for (const r of result.rows) {
+  for (const r of result as Record<string, unknown>[]) {
     if (r.authz_n !== null && r.authz_n !== undefined) {
       const fields: Record<string, unknown> = {}
       for (const name in r) if (!name.startsWith('authz_')) fields[name] = r[name]
@@ -221,8 +225,8 @@ export async function findWithLookups<Row extends object>(
   return { rows, lookupRows }
 }
 
-/** A select (a Kysely select builder), run alone or inside findWithLookups' statement. */
-export interface RowsQuery<Row> {
-  compile(): CompiledQuery<Row>
-  execute(): Promise<Row[]>
-}
+/**
+ * A feature's select (a Kysely select builder): run alone, or composed as a subquery into the
+ * statement of a check's lookups (findWithLookups).
+ */
+export type RowsRead<Row> = AliasableExpression<Row> & { execute(): Promise<Row[]> }

@@ -14,6 +14,7 @@ export {
   claimLoginAttempt,
   findAccount,
   findAccountByEmail,
+  findAccountsOfOrganization,
   findSessionVersion,
   incrementSessionVersion,
   listAccounts,

@@ -1,7 +1,10 @@
 import { type Selectable, sql } from 'kysely'
 import type { AccountTable, Executor, Role } from '../../db/schema.ts'
+import type { TenantScope } from '../../db/tenant-scope.ts'
 
 export type AccountRow = Selectable<AccountTable>
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 export function findAccountByEmail(db: Executor, email: string): Promise<AccountRow | undefined> {
   return db
@@ -13,6 +16,25 @@ export function findAccountByEmail(db: Executor, email: string): Promise<Account
 
 export function findAccount(db: Executor, id: string): Promise<AccountRow | undefined> {
   return db.selectFrom('accounts').selectAll().where('id', '=', id).executeTakeFirst()
+}
+
+/**
+ * The organization's accounts among `ids`, in one statement: accounts of other organizations are
+ * not read. Ids that cannot be account ids (not UUIDs: service accounts, machine names) are skipped.
+ */
+export function findAccountsOfOrganization(
+  db: Executor,
+  tenant: TenantScope,
+  ids: readonly string[],
+): Promise<Pick<AccountRow, 'id' | 'email'>[]> {
+  const candidates = [...new Set(ids)].filter((id) => UUID.test(id))
+  if (candidates.length === 0) return Promise.resolve([])
+  return db
+    .selectFrom('accounts')
+    .select(['id', 'email'])
+    .where('organization_id', '=', tenant.organizationId)
+    .where((eb) => eb('id', '=', eb.fn.any(sql<string[]>`${candidates}::uuid[]`)))
+    .execute()
 }
 
 export function insertAccount(
@@ -157,20 +179,30 @@ export function unlockAccount(db: Executor, email: string, now: Date): Promise<{
     .executeTakeFirst()
 }
 
-/** The account, locked for the rest of the transaction. */
-export function lockAccount(trx: Executor, id: string): Promise<AccountRow | undefined> {
-  return trx.selectFrom('accounts').selectAll().where('id', '=', id).forUpdate().executeTakeFirst()
+/** The organization's account, locked for the rest of the transaction; undefined in any other organization. */
+export function lockAccountOfOrganization(
+  trx: Executor,
+  tenant: TenantScope,
+  id: string,
+): Promise<AccountRow | undefined> {
+  return trx
+    .selectFrom('accounts')
+    .selectAll()
+    .where('organization_id', '=', tenant.organizationId)
+    .where('id', '=', id)
+    .forUpdate()
+    .executeTakeFirst()
 }
 
 /**
  * Locks the organization's active admins (in id order, so two transactions cannot deadlock) and
  * returns how many there are.
  */
-export async function lockActiveAdmins(trx: Executor, organizationId: string): Promise<number> {
+export async function lockActiveAdmins(trx: Executor, tenant: TenantScope): Promise<number> {
   const rows = await trx
     .selectFrom('accounts')
     .select('id')
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('role', '=', 'admin')
     .where('active', '=', true)
     .orderBy('id')
@@ -179,9 +211,10 @@ export async function lockActiveAdmins(trx: Executor, organizationId: string): P
   return rows.length
 }
 
-/** Deactivates (deactivatedAt set) or reactivates (null) an account. */
+/** Deactivates (deactivatedAt set) or reactivates (null) an account of the organization. */
 export async function setAccountActive(
   trx: Executor,
+  tenant: TenantScope,
   id: string,
   state: { active: boolean; deactivatedAt: Date | null },
   now: Date,
@@ -189,6 +222,7 @@ export async function setAccountActive(
   await trx
     .updateTable('accounts')
     .set({ active: state.active, deactivated_at: state.deactivatedAt, updated_at: now })
+    .where('organization_id', '=', tenant.organizationId)
     .where('id', '=', id)
     .execute()
 }

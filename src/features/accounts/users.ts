@@ -3,9 +3,9 @@ import type { Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
-import { requireTenant } from '../../context.ts'
 import { type AlongWith, inTransaction } from '../../db/database.ts'
 import type { Database, Role, Tx } from '../../db/schema.ts'
+import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
 import type { UserPrincipal } from '../../principal.ts'
 import { PasswordHasher } from '../../security/passwords.ts'
@@ -24,7 +24,7 @@ import {
   findAccount,
   incrementSessionVersion,
   insertAccount,
-  lockAccount,
+  lockAccountOfOrganization,
   lockActiveAdmins,
   setAccountActive,
 } from './repository.ts'
@@ -70,10 +70,10 @@ export class UserAdministration {
    * The decision: the caller must hold `admin` on the tenant's organization (403 ACCESS_DENIED
    * otherwise). Returns the organization the operation acts in.
    */
-  async #authorize(caller: UserPrincipal): Promise<string> {
-    const organizationId = requireTenant()
-    await this.#deps.permissions.require(caller, 'admin', `organization:${organizationId}`)
-    return organizationId
+  async #authorize(caller: UserPrincipal): Promise<TenantScope> {
+    const tenant = tenantScope()
+    await this.#deps.permissions.require(caller, 'admin', `organization:${tenant.organizationId}`)
+    return tenant
   }
 
   /**
@@ -81,22 +81,18 @@ export class UserAdministration {
    * or demoted by a transaction that committed after the decision (before its role tuple reached
    * the authorization server) cannot finish the operation.
    */
-  async #admin(
-    db: Kysely<Database> | Tx,
-    caller: UserPrincipal,
-    organizationId: string,
-  ): Promise<AccountRow> {
+  async #admin(db: Kysely<Database> | Tx, caller: UserPrincipal, tenant: TenantScope): Promise<AccountRow> {
     const account = await findAccount(db, caller.userId)
-    if (!account?.active || account.role !== 'admin' || account.organization_id !== organizationId) {
+    if (!account?.active || account.role !== 'admin' || account.organization_id !== tenant.organizationId) {
       throw new AppError('ACCESS_DENIED', 'This operation needs an organization admin')
     }
     return account
   }
 
   /** A target account of the admin's organization; others are 404, as if they did not exist. */
-  async #target(trx: Tx, organizationId: string, userId: string): Promise<AccountRow> {
-    const target = await lockAccount(trx, userId)
-    if (!target || target.organization_id !== organizationId) throw new AppError('NOT_FOUND', 'No such user')
+  async #target(trx: Tx, tenant: TenantScope, userId: string): Promise<AccountRow> {
+    const target = await lockAccountOfOrganization(trx, tenant, userId)
+    if (!target) throw new AppError('NOT_FOUND', 'No such user')
     return target
   }
 
@@ -130,8 +126,8 @@ export class UserAdministration {
     along?: AlongWith<{ userId: string }>,
   ): Promise<{ userId: string }> {
     const { db, clock, links } = this.#deps
-    const organizationId = await this.#authorize(caller)
-    if (input.organizationId !== organizationId) {
+    const tenant = await this.#authorize(caller)
+    if (input.organizationId !== tenant.organizationId) {
       throw new AppError('ACCESS_DENIED', 'Admins invite users to their own organization only')
     }
     const email = normalizeEmail(input.email)
@@ -139,7 +135,7 @@ export class UserAdministration {
       inTransaction(db, async (trx) => {
         // An unusable random hash: no password works until the invitee sets one through the link.
         const account = await this.#insert(trx, {
-          organizationId,
+          organizationId: tenant.organizationId,
           email,
           passwordHash: PasswordHasher.unusableHash(),
           role: input.role,
@@ -157,20 +153,20 @@ export class UserAdministration {
     const { db, clock, tuples } = this.#deps
     const now = clock.now()
     // A member is refused before anything is locked or revealed.
-    const organizationId = await this.#authorize(caller)
+    const tenant = await this.#authorize(caller)
     return inTransaction(db, async (trx) => {
       // Lock the organization's active admins first, so two admins deactivating each other are
       // serialised: the second sees the first change and gets LAST_ADMIN.
-      const admins = await lockActiveAdmins(trx, organizationId)
-      const target = await this.#target(trx, organizationId, userId)
+      const admins = await lockActiveAdmins(trx, tenant)
+      const target = await this.#target(trx, tenant, userId)
       if (target.active && target.role === 'admin' && admins <= 1) {
         throw new AppError('LAST_ADMIN', "The organization's last active admin cannot be deactivated")
       }
-      await this.#admin(trx, caller, organizationId)
+      await this.#admin(trx, caller, tenant)
       if (target.deactivated_at) return { userId, active: false }
       // An invited account (inactive, not yet deactivated) is deactivated too: its invitation must
       // not bring it back. Every outstanding link dies with it and its role tuple goes.
-      await setAccountActive(trx, userId, { active: false, deactivatedAt: now }, now)
+      await setAccountActive(trx, tenant, userId, { active: false, deactivatedAt: now }, now)
       await retireOneTimeTokens(trx, userId, now)
       await this.#deps.endSessions(trx, userId, now, 'deactivated')
       await incrementSessionVersion(trx, userId)
@@ -182,14 +178,14 @@ export class UserAdministration {
   async reactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
     const { db, clock, tuples } = this.#deps
     const now = clock.now()
-    const organizationId = await this.#authorize(caller)
+    const tenant = await this.#authorize(caller)
     return inTransaction(db, async (trx) => {
-      const target = await this.#target(trx, organizationId, userId)
+      const target = await this.#target(trx, tenant, userId)
       if (!target.deactivated_at) return { userId, active: target.active }
       // An invitee who never set a password goes back to invited: active once it accepts a fresh
       // invitation (admin reset sends one).
       const active = !PasswordHasher.isUnusable(target.password_hash)
-      await setAccountActive(trx, userId, { active, deactivatedAt: null }, now)
+      await setAccountActive(trx, tenant, userId, { active, deactivatedAt: null }, now)
       await tuples.record(trx, [roleTuple('write', target)], now)
       return { userId, active }
     })
@@ -202,9 +198,9 @@ export class UserAdministration {
    */
   async adminReset(caller: UserPrincipal, userId: string): Promise<void> {
     const { db, clock, links } = this.#deps
-    const organizationId = await this.#authorize(caller)
+    const tenant = await this.#authorize(caller)
     await inTransaction(db, async (trx) => {
-      const target = await this.#target(trx, organizationId, userId)
+      const target = await this.#target(trx, tenant, userId)
       if (target.active) return links.send(trx, target, 'PASSWORD_RESET', clock.now())
       if (!target.deactivated_at && PasswordHasher.isUnusable(target.password_hash))
         return links.send(trx, target, 'INVITATION', clock.now())

@@ -1,20 +1,29 @@
 import type { Insertable, Selectable } from 'kysely'
 import type { Executor, FileTable } from '../../db/schema.ts'
+import type { TenantScope } from '../../db/tenant-scope.ts'
 
-// File metadata. Every query names the organization: a file id alone never reaches another
-// tenant's row.
+// File metadata. Every statement names the tenant's organization: a file id alone never reaches
+// another organization's row.
 
 export type FileRow = Selectable<FileTable>
 
-export function insertFile(db: Executor, values: Insertable<FileTable>): Promise<FileRow> {
-  return db.insertInto('files').values(values).returningAll().executeTakeFirstOrThrow()
+export function insertFile(
+  db: Executor,
+  tenant: TenantScope,
+  values: Omit<Insertable<FileTable>, 'organization_id'>,
+): Promise<FileRow> {
+  return db
+    .insertInto('files')
+    .values({ ...values, organization_id: tenant.organizationId })
+    .returningAll()
+    .executeTakeFirstOrThrow()
 }
 
-export function findFile(db: Executor, organizationId: string, id: string): Promise<FileRow | undefined> {
+export function findFile(db: Executor, tenant: TenantScope, id: string): Promise<FileRow | undefined> {
   return db
     .selectFrom('files')
     .selectAll()
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('id', '=', id)
     .executeTakeFirst()
 }
@@ -22,14 +31,14 @@ export function findFile(db: Executor, organizationId: string, id: string): Prom
 /** PENDING -> CONFIRMED; undefined when the file was not PENDING any more (a concurrent confirm). */
 export function markFileConfirmed(
   db: Executor,
-  organizationId: string,
+  tenant: TenantScope,
   id: string,
   values: { sizeBytes: number; now: Date },
 ): Promise<FileRow | undefined> {
   return db
     .updateTable('files')
     .set({ status: 'CONFIRMED', size_bytes: values.sizeBytes, confirmed_at: values.now })
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('id', '=', id)
     .where('status', '=', 'PENDING')
     .returningAll()
@@ -39,14 +48,14 @@ export function markFileConfirmed(
 /** PENDING -> REJECTED, recording the size that was refused. */
 export function markFileRejected(
   db: Executor,
-  organizationId: string,
+  tenant: TenantScope,
   id: string,
   sizeBytes: number,
 ): Promise<FileRow | undefined> {
   return db
     .updateTable('files')
     .set({ status: 'REJECTED', size_bytes: sizeBytes })
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('id', '=', id)
     .where('status', '=', 'PENDING')
     .returningAll()
@@ -56,14 +65,14 @@ export function markFileRejected(
 /** A resource's confirmed files, oldest first. */
 export function listConfirmedFiles(
   db: Executor,
-  organizationId: string,
+  tenant: TenantScope,
   resourceType: string,
   resourceId: string,
 ): Promise<FileRow[]> {
   return db
     .selectFrom('files')
     .selectAll()
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('resource_type', '=', resourceType)
     .where('resource_id', '=', resourceId)
     .where('status', '=', 'CONFIRMED')

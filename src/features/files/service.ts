@@ -3,9 +3,9 @@ import type { Kysely } from 'kysely'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
-import { requireTenant } from '../../context.ts'
 import { type AlongWith, inTransaction } from '../../db/database.ts'
 import type { Database, Executor } from '../../db/schema.ts'
+import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
 import type { Principal } from '../../principal.ts'
 import { contentDisposition, normalizeContentType, sanitizeFileName } from '../../storage/file-metadata.ts'
@@ -19,11 +19,11 @@ import {
   markFileRejected,
 } from './repository.ts'
 
-// Files attached to tenant resources (spec 4.3, decisions 5). The bytes go straight between the
+// Files attached to tenant resources. The bytes go straight between the
 // client and the object store through pre-signed addresses; this service keeps the metadata,
 // signs, and checks the result at confirm.
 //
-// Lifecycle (spec 3.4 leaves it open):
+// Lifecycle:
 //   initiate           -> PENDING    (row written, upload address signed for the staging key)
 //   confirm, no bytes  -> PENDING    (409 UPLOAD_NOT_FOUND; the client retries once)
 //   confirm, too large -> REJECTED   (objects deleted; 413 PAYLOAD_TOO_LARGE, again on every retry)
@@ -40,7 +40,8 @@ import {
 // Authorization: a resource type is registered with the authorization object type that guards
 // it; uploading and confirming need `can_edit` on that object, listing and downloading need
 // `can_view`. The object's owner tuple ties it to one organization, so the check also keeps the
-// caller inside their organization; files are additionally looked up by organization.
+// caller inside their organization; files are additionally looked up by organization (a
+// TenantScope in every statement), so a tuple written by mistake reaches no other organization's file.
 
 export interface ResourceTypeDefinition {
   /** The authorization model type whose `can_view` / `can_edit` guard the resource's files. */
@@ -141,7 +142,7 @@ export class FileService {
     input: InitiateUpload,
     along?: AlongWith<InitiatedUpload>,
   ): Promise<InitiatedUpload> {
-    const organizationId = requireTenant()
+    const tenant = tenantScope()
     const definition = this.#definition(input.resourceType, 'body.resourceType')
     if (!KEY_SEGMENT.test(input.resourceId)) throw validationFailed('body.resourceId', 'is not a valid id')
     const contentType = normalizeContentType(input.contentType)
@@ -166,12 +167,12 @@ export class FileService {
     await this.#authz.require(principal, 'can_edit', `${definition.objectType}:${input.resourceId}`)
 
     const id = randomUUID()
-    const key = objectKey(organizationId, input.resourceType, input.resourceId, id)
+    const key = objectKey(tenant.organizationId, input.resourceType, input.resourceId, id)
     const now = this.#clock.now()
     const ttl = this.#storage.uploadUrlTtl
     const upload = await this.#call(() => this.#store.presignPut(stagingKey(key), contentType, ttl, now))
     const record = async (db: Executor): Promise<InitiatedUpload> => ({
-      file: await this.#record(db, principal, organizationId, input, {
+      file: await this.#record(db, principal, tenant, input, {
         id,
         key,
         contentType,
@@ -196,8 +197,8 @@ export class FileService {
    * a CONFIRMED file is returned as it is. Needs `can_edit` on the resource.
    */
   async confirm(principal: Principal, fileId: string): Promise<FileRow> {
-    const organizationId = requireTenant()
-    const file = await this.#authorizedFile(principal, organizationId, fileId, 'can_edit')
+    const tenant = tenantScope()
+    const file = await this.#authorizedFile(principal, tenant, fileId, 'can_edit')
     if (file.status === 'CONFIRMED') return file
     const staged = stagingKey(file.object_key)
     if (file.status === 'REJECTED') {
@@ -222,13 +223,13 @@ export class FileService {
           )
     if (!copied) throw new AppError('UPLOAD_NOT_FOUND', 'The file has not been uploaded yet; retry shortly')
     if (copied.size > this.#storage.maxFileSize) {
-      const rejected = await markFileRejected(this.#db, organizationId, file.id, copied.size)
-      if (rejected || (await this.#reread(organizationId, file.id)).status === 'REJECTED') {
+      const rejected = await markFileRejected(this.#db, tenant, file.id, copied.size)
+      if (rejected || (await this.#reread(tenant, file.id)).status === 'REJECTED') {
         await this.#discard(file)
         throw this.#tooLarge()
       }
     } else {
-      const confirmed = await markFileConfirmed(this.#db, organizationId, file.id, {
+      const confirmed = await markFileConfirmed(this.#db, tenant, file.id, {
         sizeBytes: copied.size,
         now: this.#clock.now(),
       })
@@ -239,7 +240,7 @@ export class FileService {
       }
     }
     // Another confirm finished first: answer as it did.
-    const current = await this.#reread(organizationId, file.id)
+    const current = await this.#reread(tenant, file.id)
     if (current.status === 'CONFIRMED') return current
     throw this.#tooLarge()
   }
@@ -252,13 +253,12 @@ export class FileService {
 
   /** A file's record, whatever its status; needs `can_view` on the resource. */
   async get(principal: Principal, fileId: string): Promise<FileRow> {
-    return this.#authorizedFile(principal, requireTenant(), fileId, 'can_view')
+    return this.#authorizedFile(principal, tenantScope(), fileId, 'can_view')
   }
 
   /** A pre-signed download address of a CONFIRMED file; needs `can_view` on the resource. */
   async downloadUrl(principal: Principal, fileId: string): Promise<{ url: string; expiresAt: Date }> {
-    const organizationId = requireTenant()
-    const file = await this.#authorizedFile(principal, organizationId, fileId, 'can_view')
+    const file = await this.#authorizedFile(principal, tenantScope(), fileId, 'can_view')
     if (file.status !== 'CONFIRMED') throw new AppError('NOT_FOUND', 'No confirmed file with this id')
     const now = this.#clock.now()
     const ttl = this.#storage.downloadUrlTtl
@@ -268,10 +268,21 @@ export class FileService {
 
   /** The CONFIRMED files of a resource, oldest first; needs `can_view` on the resource. */
   async list(principal: Principal, resourceType: string, resourceId: string): Promise<FileRow[]> {
-    const organizationId = requireTenant()
+    const tenant = tenantScope()
     const definition = this.#definition(resourceType, 'query.resourceType')
     await this.#authz.require(principal, 'can_view', `${definition.objectType}:${resourceId}`)
-    return listConfirmedFiles(this.#db, organizationId, resourceType, resourceId)
+    return listConfirmedFiles(this.#db, tenant, resourceType, resourceId)
+  }
+
+  /**
+   * The CONFIRMED files of a resource of the current organization, oldest first, asking nothing:
+   * for a feature that has just checked `can_view` on the resource itself (a report), so that the
+   * question is not asked twice.
+   */
+  async listOfCheckedResource(resourceType: string, resourceId: string): Promise<FileRow[]> {
+    const tenant = tenantScope()
+    this.#definition(resourceType, 'resourceType')
+    return listConfirmedFiles(this.#db, tenant, resourceType, resourceId)
   }
 
   /**
@@ -279,14 +290,14 @@ export class FileService {
    * organization. The caller has already authorized the operation that produces the file.
    */
   async storeGenerated(principal: Principal, input: GeneratedFile): Promise<FileRow> {
-    const organizationId = requireTenant()
+    const tenant = tenantScope()
     this.#definition(input.resourceType, 'resourceType')
     if (!KEY_SEGMENT.test(input.resourceId)) throw validationFailed('resourceId', 'is not a valid id')
     const contentType = normalizeContentType(input.contentType)
     if (!contentType) throw validationFailed('contentType', 'is not a valid media type')
     if (input.bytes.byteLength > this.#storage.maxFileSize) throw this.#tooLarge()
     const id = randomUUID()
-    const key = objectKey(organizationId, input.resourceType, input.resourceId, id)
+    const key = objectKey(tenant.organizationId, input.resourceType, input.resourceId, id)
     await this.#call(() =>
       this.#store.put(key, input.bytes, {
         contentType,
@@ -294,7 +305,7 @@ export class FileService {
       }),
     )
     const now = this.#clock.now()
-    return this.#record(this.#db, principal, organizationId, input, {
+    return this.#record(this.#db, principal, tenant, input, {
       id,
       key,
       contentType,
@@ -307,14 +318,13 @@ export class FileService {
   #record(
     db: Executor,
     principal: Principal,
-    organizationId: string,
+    tenant: TenantScope,
     input: { resourceType: string; resourceId: string; fileName: string },
     file: { id: string; key: string; contentType: string; now: Date; confirmedSize: number | null },
   ): Promise<FileRow> {
     const confirmed = file.confirmedSize !== null
-    return insertFile(db, {
+    return insertFile(db, tenant, {
       id: file.id,
-      organization_id: organizationId,
       resource_type: input.resourceType,
       resource_id: input.resourceId,
       object_key: file.key,
@@ -342,19 +352,19 @@ export class FileService {
   /** The file in the caller's organization (404 otherwise), once the relation on its resource is checked. */
   async #authorizedFile(
     principal: Principal,
-    organizationId: string,
+    tenant: TenantScope,
     fileId: string,
     relation: 'can_view' | 'can_edit',
   ): Promise<FileRow> {
-    const file = await findFile(this.#db, organizationId, fileId)
+    const file = await findFile(this.#db, tenant, fileId)
     const definition = file ? this.#types.get(file.resource_type) : undefined
     if (!file || !definition) throw new AppError('NOT_FOUND', 'No file with this id')
     await this.#authz.require(principal, relation, `${definition.objectType}:${file.resource_id}`)
     return file
   }
 
-  async #reread(organizationId: string, fileId: string): Promise<FileRow> {
-    const file = await findFile(this.#db, organizationId, fileId)
+  async #reread(tenant: TenantScope, fileId: string): Promise<FileRow> {
+    const file = await findFile(this.#db, tenant, fileId)
     if (!file) throw new AppError('NOT_FOUND', 'No file with this id')
     return file
   }

@@ -1,17 +1,18 @@
 import type { Selectable } from 'kysely'
 import type { OrganizationConfigTable, Tx } from '../../db/schema.ts'
+import type { TenantScope } from '../../db/tenant-scope.ts'
 
-// Per-organization configuration entries. Every query names the organization. The functions take
-// a transaction: spec 4.4 runs each configuration operation in one.
+// Per-organization configuration entries. Every statement names the tenant's organization. The
+// functions take a transaction: each configuration operation runs in one.
 
 export type OrganizationConfigRow = Selectable<OrganizationConfigTable>
 
 /** An organization's entries, by key. */
-export function listConfigEntries(trx: Tx, organizationId: string): Promise<OrganizationConfigRow[]> {
+export function listConfigEntries(trx: Tx, tenant: TenantScope): Promise<OrganizationConfigRow[]> {
   return trx
     .selectFrom('organization_config')
     .selectAll()
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .orderBy('key')
     .execute()
 }
@@ -19,12 +20,13 @@ export function listConfigEntries(trx: Tx, organizationId: string): Promise<Orga
 /** Inserts the entry or replaces its value. */
 export function upsertConfigEntry(
   trx: Tx,
-  values: { organizationId: string; key: string; value: string; now: Date },
+  tenant: TenantScope,
+  values: { key: string; value: string; now: Date },
 ): Promise<OrganizationConfigRow> {
   return trx
     .insertInto('organization_config')
     .values({
-      organization_id: values.organizationId,
+      organization_id: tenant.organizationId,
       key: values.key,
       value: values.value,
       updated_at: values.now,
@@ -40,10 +42,10 @@ export function upsertConfigEntry(
 }
 
 /** Removes the entry; false when there was none. */
-export async function deleteConfigEntry(trx: Tx, organizationId: string, key: string): Promise<boolean> {
+export async function deleteConfigEntry(trx: Tx, tenant: TenantScope, key: string): Promise<boolean> {
   const deleted = await trx
     .deleteFrom('organization_config')
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('key', '=', key)
     .returning('key')
     .executeTakeFirst()

@@ -2,9 +2,11 @@ import type { Kysely } from 'kysely'
 import { LRUCache } from 'lru-cache'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
+import { runWithTenant } from '../../context.ts'
 import { inTransaction } from '../../db/database.ts'
 import { LISTEN_LOST, LISTEN_RESET, notify } from '../../db/notifications.ts'
 import type { Database } from '../../db/schema.ts'
+import { currentTenantScope, type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError, validationFailed } from '../../errors.ts'
 import type { Principal } from '../../principal.ts'
 import {
@@ -105,7 +107,7 @@ export class OrganizationConfig {
    */
   async list(principal: Principal, organizationId: string): Promise<OrganizationConfigEntry[]> {
     await this.#permissions.require(principal, 'member', `organization:${organizationId}`)
-    return (await this.#load(organizationId)).map(toEntry)
+    return (await this.#load(tenantOf(organizationId))).map(toEntry)
   }
 
   /**
@@ -119,11 +121,12 @@ export class OrganizationConfig {
     value: string,
   ): Promise<OrganizationConfigEntry> {
     await this.#permissions.require(principal, 'admin', `organization:${organizationId}`)
+    const tenant = tenantOf(organizationId)
     checkConfigKey(key)
     checkValue(value)
     try {
       const row = await inTransaction(this.#db, async (trx) => {
-        const stored = await upsertConfigEntry(trx, { organizationId, key, value, now: this.#clock.now() })
+        const stored = await upsertConfigEntry(trx, tenant, { key, value, now: this.#clock.now() })
         await notify(trx, ORGANIZATION_CONFIG_CHANNEL, organizationId)
         return stored
       })
@@ -139,9 +142,10 @@ export class OrganizationConfig {
   /** Removes the key for an admin of the organization; false when it was not set (nothing is sent then). */
   async delete(principal: Principal, organizationId: string, key: string): Promise<boolean> {
     await this.#permissions.require(principal, 'admin', `organization:${organizationId}`)
+    const tenant = tenantOf(organizationId)
     checkConfigKey(key)
     const deleted = await inTransaction(this.#db, async (trx) => {
-      const found = await deleteConfigEntry(trx, organizationId, key)
+      const found = await deleteConfigEntry(trx, tenant, key)
       if (found) await notify(trx, ORGANIZATION_CONFIG_CHANNEL, organizationId)
       return found
     })
@@ -149,11 +153,15 @@ export class OrganizationConfig {
     return deleted
   }
 
-  /** The value for domain code (cached); undefined when the organization has not set the key. */
+  /**
+   * The value for domain code (cached); undefined when the organization has not set the key. Read on
+   * behalf of the organization the caller names (the mail worker sends an organization's message).
+   */
   async getValue(organizationId: string, key: string): Promise<string | undefined> {
     const cached = this.#listening ? this.#cache.get(organizationId) : undefined
     if (cached) return cached.get(key)
-    return (await this.#load(organizationId)).find((row) => row.key === key)?.value
+    const tenant = runWithTenant(organizationId, tenantScope)
+    return (await this.#load(tenant)).find((row) => row.key === key)?.value
   }
 
   /**
@@ -196,12 +204,24 @@ export class OrganizationConfig {
   }
 
   /** Reads the entries in one transaction and caches them unless an invalidation came meanwhile. */
-  async #load(organizationId: string): Promise<OrganizationConfigRow[]> {
+  async #load(tenant: TenantScope): Promise<OrganizationConfigRow[]> {
     const generation = this.#generation
-    const rows = await inTransaction(this.#db, (trx) => listConfigEntries(trx, organizationId))
+    const rows = await inTransaction(this.#db, (trx) => listConfigEntries(trx, tenant))
     if (this.#listening && generation === this.#generation) {
-      this.#cache.set(organizationId, new Map(rows.map((row) => [row.key, row.value])))
+      this.#cache.set(tenant.organizationId, new Map(rows.map((row) => [row.key, row.value])))
     }
     return rows
   }
+}
+
+/**
+ * The tenant's scope when the organization of the path is the tenant's own: 403 ACCESS_DENIED for
+ * any other, even one an authorization tuple relates the caller to.
+ */
+function tenantOf(organizationId: string): TenantScope {
+  const tenant = currentTenantScope()
+  if (tenant?.organizationId !== organizationId) {
+    throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
+  }
+  return tenant
 }

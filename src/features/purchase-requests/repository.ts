@@ -6,6 +6,11 @@ import type {
   PurchaseRequestTable,
   Tx,
 } from '../../db/schema.ts'
+import type { TenantScope } from '../../db/tenant-scope.ts'
+
+// Purchase requests and their audit rows. Every statement names the tenant's organization: an id
+// alone, even one an authorization tuple relates to the caller, never reaches another
+// organization's row.
 
 export type PurchaseRequestRow = Selectable<PurchaseRequestTable>
 export type PurchaseRequestEventRow = Selectable<PurchaseRequestEventTable>
@@ -18,20 +23,14 @@ export interface PageKey {
 
 export function insertPurchaseRequest(
   trx: Tx,
-  values: {
-    id: string
-    organizationId: string
-    createdBy: string
-    title: string
-    status: PurchaseRequestStatus
-    now: Date
-  },
+  tenant: TenantScope,
+  values: { id: string; createdBy: string; title: string; status: PurchaseRequestStatus; now: Date },
 ): Promise<PurchaseRequestRow> {
   return trx
     .insertInto('purchase_requests')
     .values({
       id: values.id,
-      organization_id: values.organizationId,
+      organization_id: tenant.organizationId,
       created_by: values.createdBy,
       title: values.title,
       status: values.status,
@@ -42,10 +41,28 @@ export function insertPurchaseRequest(
     .executeTakeFirstOrThrow()
 }
 
-/** By id in any organization: the caller tells "unknown" (404) from "not yours" (403). */
-/** The select of one purchase request, run alone or along with a permission check. */
-export function purchaseRequestQuery(db: Executor, id: string) {
-  return db.selectFrom('purchase_requests').selectAll().where('id', '=', id)
+/** The select of one of the organization's purchase requests, run alone or along with a permission check. */
+export function purchaseRequestQuery(db: Executor, tenant: TenantScope, id: string) {
+  return db
+    .selectFrom('purchase_requests')
+    .selectAll()
+    .where('organization_id', '=', tenant.organizationId)
+    .where('id', '=', id)
+}
+
+/**
+ * Whether a purchase request with this id exists outside the organization (anywhere, for a
+ * principal without one): what tells another organization's request (403) from an unknown id (404)
+ * without reading any of it.
+ */
+export async function purchaseRequestExistsOutside(
+  db: Executor,
+  tenant: TenantScope | null,
+  id: string,
+): Promise<boolean> {
+  let query = db.selectFrom('purchase_requests').select('id').where('id', '=', id)
+  if (tenant) query = query.where('organization_id', '<>', tenant.organizationId)
+  return (await query.executeTakeFirst()) !== undefined
 }
 
 /**
@@ -54,14 +71,15 @@ export function purchaseRequestQuery(db: Executor, id: string) {
  */
 export function updatePurchaseRequestStatus(
   trx: Tx,
-  where: { organizationId: string; id: string; from: PurchaseRequestStatus },
+  tenant: TenantScope,
+  where: { id: string; from: PurchaseRequestStatus },
   to: PurchaseRequestStatus,
   now: Date,
 ): Promise<PurchaseRequestRow | undefined> {
   return trx
     .updateTable('purchase_requests')
     .set({ status: to, updated_at: now })
-    .where('organization_id', '=', where.organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('id', '=', where.id)
     .where('status', '=', where.from)
     .returningAll()
@@ -70,25 +88,29 @@ export function updatePurchaseRequestStatus(
 
 export async function insertPurchaseRequestEvent(
   trx: Tx,
-  values: Omit<PurchaseRequestEventRow, 'id'>,
+  tenant: TenantScope,
+  values: Omit<PurchaseRequestEventRow, 'id' | 'organization_id'>,
 ): Promise<void> {
-  await trx.insertInto('purchase_request_events').values(values).execute()
+  await trx
+    .insertInto('purchase_request_events')
+    .values({ ...values, organization_id: tenant.organizationId })
+    .execute()
 }
 
 /**
- * One page of an organization's requests, newest first. Keyset paging: the page after `after`
- * starts from an index position, so its cost does not grow with the page's depth.
- */
-/**
- * A page of an organization's purchase requests, newest first (keyset: after created_at, id); a
- * select, run along with the membership check.
+ * A page of the organization's purchase requests, newest first; a select, run along with the
+ * membership check. Keyset paging (after created_at, id): the page after `after` starts from an
+ * index position, so its cost does not grow with the page's depth.
  */
 export function purchaseRequestsQuery(
   db: Executor,
-  organizationId: string,
+  tenant: TenantScope,
   options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
 ) {
-  let query = db.selectFrom('purchase_requests').selectAll().where('organization_id', '=', organizationId)
+  let query = db
+    .selectFrom('purchase_requests')
+    .selectAll()
+    .where('organization_id', '=', tenant.organizationId)
   if (options.status) query = query.where('status', '=', options.status)
   if (options.after) {
     const { createdAt, id } = options.after
@@ -99,13 +121,13 @@ export function purchaseRequestsQuery(
 
 export function listPurchaseRequestEvents(
   db: Executor,
-  organizationId: string,
+  tenant: TenantScope,
   purchaseRequestId: string,
 ): Promise<PurchaseRequestEventRow[]> {
   return db
     .selectFrom('purchase_request_events')
     .selectAll()
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('purchase_request_id', '=', purchaseRequestId)
     .orderBy('id')
     .execute()

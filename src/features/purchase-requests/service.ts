@@ -3,13 +3,13 @@ import type { Kysely } from 'kysely'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
-import { requireTenant } from '../../context.ts'
 import { type AlongWith, inTransaction } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
+import { currentTenantScope, type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
 import type { Principal } from '../../principal.ts'
-import { findAccount } from '../accounts/index.ts'
+import { findAccountsOfOrganization } from '../accounts/index.ts'
 import type { FileRow, FileService } from '../files/index.ts'
 import { REPORT_CONTENT_TYPE, renderPurchaseRequestReport, reportFileName } from './report.ts'
 import {
@@ -19,6 +19,7 @@ import {
   type PageKey,
   type PurchaseRequestEventRow,
   type PurchaseRequestRow,
+  purchaseRequestExistsOutside,
   purchaseRequestQuery,
   purchaseRequestsQuery,
   updatePurchaseRequestStatus,
@@ -30,8 +31,11 @@ import {
   type PurchaseRequestStatus,
 } from './workflow.ts'
 
-/** What the service needs from the file feature: listing a resource's files, storing generated ones. */
-export type AttachmentStore = Pick<FileService, 'list' | 'storeGenerated'>
+/**
+ * What the service needs from the file feature: listing the files of a request it has checked,
+ * storing generated ones.
+ */
+export type AttachmentStore = Pick<FileService, 'listOfCheckedResource' | 'storeGenerated'>
 
 export interface PurchaseRequestDeps {
   db: Kysely<Database>
@@ -64,15 +68,14 @@ export const ATTACHMENT_CONTENT_TYPES = [
   'text/csv',
 ] as const
 const CONTROL_CHARACTERS = /\p{Cc}/u
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 const objectOf = (id: string) => `purchase_request:${id}`
 
 /**
- * The example resource (spec 2.9, 3.1, 4.5). The organization always comes from the request's
- * tenant context; every read or move is checked against the authorization model; every move is
- * validated against the workflow and written with its audit row in one transaction guarded on the
- * current status.
+ * The example resource. The organization always comes from the request's tenant context, and every
+ * statement is limited to it (a TenantScope), whatever the authorization tuples say; every read or
+ * move is checked against the authorization model; every move is validated against the workflow
+ * and written with its audit row in one transaction guarded on the current status.
  */
 export class PurchaseRequests {
   readonly #deps: PurchaseRequestDeps
@@ -88,7 +91,7 @@ export class PurchaseRequests {
     along?: AlongWith<PurchaseRequestRow>,
   ): Promise<PurchaseRequestRow> {
     const { db, clock, permissions } = this.#deps
-    const organizationId = requireTenant()
+    const tenant = tenantScope()
     const title = input.title.trim()
     // Characters, not UTF-16 units, as the schema and the database count them; no control characters.
     const length = [...title].length
@@ -104,24 +107,23 @@ export class PurchaseRequests {
         },
       })
     }
-    await permissions.require(principal, 'member', `organization:${organizationId}`)
+    await permissions.require(principal, 'member', `organization:${tenant.organizationId}`)
     const now = clock.now()
     const created = await inTransaction(db, async (trx) => {
-      const row = await insertPurchaseRequest(trx, {
+      const row = await insertPurchaseRequest(trx, tenant, {
         id: randomUUID(),
-        organizationId,
         createdBy: principal.id,
         title,
         status: INITIAL_STATUS,
         now,
       })
-      // Without this tuple not even the creator could read the request (spec 2.12).
+      // Without this tuple not even the creator could read the request.
       await this.#deps.tuples.record(
         trx,
         [
           {
             operation: 'write',
-            subject: `organization:${organizationId}`,
+            subject: `organization:${tenant.organizationId}`,
             relation: 'owner_organization',
             object: objectOf(row.id),
           },
@@ -135,25 +137,31 @@ export class PurchaseRequests {
     return created
   }
 
-  /** 404 for an unknown id, 403 ACCESS_DENIED without `can_view` (another organization's request). */
+  /**
+   * A request of the caller's organization they have `can_view` on. 404 for an unknown id; 403
+   * ACCESS_DENIED without `can_view`, and for another organization's request whatever the tuples
+   * say (it is never read).
+   */
   async get(principal: Principal, id: string): Promise<PurchaseRequestRow> {
     const { db, permissions } = this.#deps
+    const tenant = currentTenantScope()
     // The row and the permission in one round trip with the embedded evaluator.
-    const {
-      rows: [row],
-      allowed,
-    } = await permissions.checkWithRead(
-      principal,
-      'can_view',
-      objectOf(id),
-      db,
-      purchaseRequestQuery(db, id),
-      {
-        ifFound: true,
-      },
-    )
-    if (!row) throw new AppError('NOT_FOUND', 'No such purchase request')
-    if (!allowed) throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
+    const found = tenant
+      ? await permissions.checkWithRead(
+          principal,
+          'can_view',
+          objectOf(id),
+          db,
+          purchaseRequestQuery(db, tenant, id),
+          { ifFound: true },
+        )
+      : { rows: [], allowed: false }
+    const [row] = found.rows
+    if (!row) {
+      if (await purchaseRequestExistsOutside(db, tenant, id)) throw accessDenied()
+      throw new AppError('NOT_FOUND', 'No such purchase request')
+    }
+    if (!found.allowed) throw accessDenied()
     return row
   }
 
@@ -162,17 +170,17 @@ export class PurchaseRequests {
     options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
   ): Promise<{ items: PurchaseRequestRow[]; next: PageKey | null }> {
     const { db, permissions } = this.#deps
-    const organizationId = requireTenant()
+    const tenant = tenantScope()
     // The page and the membership in one round trip with the embedded evaluator. One row more than
     // asked tells whether another page follows.
     const { rows, allowed } = await permissions.checkWithRead(
       principal,
       'member',
-      `organization:${organizationId}`,
+      `organization:${tenant.organizationId}`,
       db,
-      purchaseRequestsQuery(db, organizationId, { ...options, limit: options.limit + 1 }),
+      purchaseRequestsQuery(db, tenant, { ...options, limit: options.limit + 1 }),
     )
-    if (!allowed) throw new AppError('ACCESS_DENIED', 'You do not have access to this resource')
+    if (!allowed) throw accessDenied()
     const items = rows.slice(0, options.limit)
     const last = items.at(-1)
     return {
@@ -182,8 +190,8 @@ export class PurchaseRequests {
   }
 
   async history(principal: Principal, id: string): Promise<PurchaseRequestEventRow[]> {
-    const row = await this.get(principal, id)
-    return listPurchaseRequestEvents(this.#deps.db, row.organization_id, id)
+    await this.get(principal, id)
+    return listPurchaseRequestEvents(this.#deps.db, tenantScope(), id)
   }
 
   /**
@@ -194,19 +202,15 @@ export class PurchaseRequests {
    */
   async report(principal: Principal, id: string): Promise<FileRow> {
     const { db, clock, files } = this.#deps
+    // `can_view` is checked once, here; the request is the caller's organization's, where the file
+    // is stored.
     const row = await this.get(principal, id)
-    // The file is stored in the caller's organization: it must be the request's.
-    if (row.organization_id !== requireTenant()) {
-      throw new AppError('ACCESS_DENIED', 'This purchase request belongs to another organization')
-    }
+    const tenant = tenantScope()
     const [events, attachments] = await Promise.all([
-      listPurchaseRequestEvents(db, row.organization_id, id),
-      files.list(principal, 'purchase_request', id),
+      listPurchaseRequestEvents(db, tenant, id),
+      files.listOfCheckedResource('purchase_request', id),
     ])
-    const names = await this.#displayNames(row.organization_id, [
-      row.created_by,
-      ...events.map((event) => event.actor_id),
-    ])
+    const names = await this.#displayNames(tenant, [row.created_by, ...events.map((event) => event.actor_id)])
     const name = (principalId: string) => names.get(principalId) ?? principalId
     const bytes = await renderPurchaseRequestReport({
       id: row.id,
@@ -234,18 +238,10 @@ export class PurchaseRequests {
     })
   }
 
-  /** The emails of the principals that are accounts of the organization; others keep their id. */
-  async #displayNames(organizationId: string, principalIds: string[]): Promise<Map<string, string>> {
-    // Account ids are UUIDs; anything else is no account and must not reach the uuid column.
-    const candidates = [...new Set(principalIds)].filter((principalId) => UUID.test(principalId))
-    const accounts = await Promise.all(
-      candidates.map((principalId) => findAccount(this.#deps.db, principalId)),
-    )
-    const names = new Map<string, string>()
-    for (const account of accounts) {
-      if (account && account.organization_id === organizationId) names.set(account.id, account.email)
-    }
-    return names
+  /** The emails of the principals that are accounts of the organization (one query); others keep their id. */
+  async #displayNames(tenant: TenantScope, principalIds: string[]): Promise<Map<string, string>> {
+    const accounts = await findAccountsOfOrganization(this.#deps.db, tenant, principalIds)
+    return new Map(accounts.map((account) => [account.id, account.email]))
   }
 
   /**
@@ -260,6 +256,7 @@ export class PurchaseRequests {
   ): Promise<PurchaseRequestRow> {
     const { db, clock, permissions } = this.#deps
     const current = await this.get(principal, id)
+    const tenant = tenantScope()
     const mayAct =
       (action === 'submit' && current.created_by === principal.id) ||
       (await permissions.check(principal, 'can_edit', objectOf(id)))
@@ -273,15 +270,9 @@ export class PurchaseRequests {
     if (!to) throw invalid()
     const now = clock.now()
     return inTransaction(db, async (trx) => {
-      const moved = await updatePurchaseRequestStatus(
-        trx,
-        { organizationId: current.organization_id, id, from: current.status },
-        to,
-        now,
-      )
+      const moved = await updatePurchaseRequestStatus(trx, tenant, { id, from: current.status }, to, now)
       if (!moved) throw invalid()
-      await insertPurchaseRequestEvent(trx, {
-        organization_id: moved.organization_id,
+      await insertPurchaseRequestEvent(trx, tenant, {
         purchase_request_id: id,
         action,
         from_status: current.status,
@@ -291,7 +282,7 @@ export class PurchaseRequests {
       })
       if (action === 'approve') {
         // The creator is emailed when they are a platform account (an API key has no mailbox).
-        const creator = await findAccount(trx, moved.created_by)
+        const [creator] = await findAccountsOfOrganization(trx, tenant, [moved.created_by])
         if (creator) {
           await enqueueMail(
             trx,
@@ -302,7 +293,7 @@ export class PurchaseRequests {
                 title: moved.title,
                 link: new URL(`/purchase-requests/${id}`, this.#deps.frontendUrl).toString(),
               },
-              organizationId: moved.organization_id,
+              organizationId: tenant.organizationId,
             },
             now,
           )
@@ -312,3 +303,5 @@ export class PurchaseRequests {
     })
   }
 }
+
+const accessDenied = () => new AppError('ACCESS_DENIED', 'You do not have access to this resource')
