@@ -1,4 +1,4 @@
-// Operations CLI (`npm run cli -- <command>`, decisions 4): the server's configuration, one JSON
+// Operations CLI (`npm run cli -- <command>`): the server's configuration, one JSON
 // object on stdout, `{code, message}` on stderr and a non-zero exit on failure.
 import { parseArgs } from 'node:util'
 import type { FastifyInstance } from 'fastify'
@@ -12,6 +12,7 @@ import { listAccounts, unlockAccount } from './features/accounts/index.ts'
 import { createOrganization, listOrganizations } from './features/organizations/index.ts'
 import { listDeadLetters, outboxCounts } from './outbox/status.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
+import { isUuid } from './uuid.ts'
 
 interface Command {
   usage: string
@@ -59,7 +60,7 @@ const commands: Record<string, Command> = {
     options: { org: { type: 'string' } },
     run: async (app, values) => {
       const organizationId = required(values, 'org')
-      if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
+      if (!isUuid(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
       const now = app.clock.now()
       return {
         items: (await listAccounts(app.db, organizationId)).map((a) => ({
@@ -103,7 +104,7 @@ const commands: Record<string, Command> = {
       const role = required(values, 'role')
       if (role !== 'admin' && role !== 'member') throw new UsageError('--role must be admin or member')
       const organizationId = required(values, 'org')
-      if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
+      if (!isUuid(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
       const password = values['password-stdin'] ? await readStdin() : required(values, 'password')
       const account = await app.services.users.create({
         organizationId,
@@ -132,7 +133,7 @@ const commands: Record<string, Command> = {
     },
     run: async (app, values) => {
       const organizationId = required(values, 'org')
-      if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
+      if (!isUuid(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
       return app.services.apiKeys.create({
         organizationId,
         scopes: list(required(values, 'scopes')),
@@ -147,7 +148,7 @@ const commands: Record<string, Command> = {
     options: { id: { type: 'string' } },
     run: async (app, values) => {
       const id = required(values, 'id')
-      if (!UUID.test(id)) throw new UsageError('--id must be an API key id (UUID)')
+      if (!isUuid(id)) throw new UsageError('--id must be an API key id (UUID)')
       return app.services.apiKeys.revoke(id)
     },
   },
@@ -157,7 +158,7 @@ const commands: Record<string, Command> = {
     options: { org: { type: 'string' } },
     run: async (app, values) => {
       const organizationId = required(values, 'org')
-      if (!UUID.test(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
+      if (!isUuid(organizationId)) throw new UsageError('--org must be an organization id (UUID)')
       return { items: await app.services.apiKeys.list(organizationId) }
     },
   },
@@ -210,8 +211,6 @@ function instant(value: string | boolean | undefined, name: string): Date | null
 const AUTHZ_FLUSH_MS = 5_000
 /** Exit status when they could not be (EX_TEMPFAIL): the command's change is made but not yet in effect. */
 const EXIT_AUTHZ_PENDING = 75
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = []

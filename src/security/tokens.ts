@@ -3,6 +3,7 @@ import { createSigner, createVerifier } from 'fast-jwt'
 import { LRUCache } from 'lru-cache'
 import { type Clock, epochSeconds } from '../clock.ts'
 import { type Config, jwtSecrets } from '../config.ts'
+import { isUuid } from '../uuid.ts'
 
 export interface UserTokenClaims {
   sub: string
@@ -23,9 +24,7 @@ export interface IssuedToken {
   expiresInSeconds: number
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
-/** Tokens whose `iat` or `nbf` lies further in the future than this are refused (decisions 7). */
+/** Tokens whose `iat` or `nbf` lies further in the future than this are refused. */
 export const CLOCK_SKEW_SECONDS = 60
 
 /** The `kid` of a signing key: derived from the key, so it names it without revealing it. */
@@ -152,9 +151,9 @@ export class AccessTokens {
     const p = this.#verified(this.#verifyUser, this.#userTokens, token)
     if (!p) return null
     const { sub, sid, org, ver } = p
-    if (typeof sub !== 'string' || !UUID.test(sub)) return null
-    if (typeof sid !== 'string' || !UUID.test(sid)) return null
-    if (typeof org !== 'string' || !UUID.test(org)) return null
+    if (typeof sub !== 'string' || !isUuid(sub)) return null
+    if (typeof sid !== 'string' || !isUuid(sid)) return null
+    if (typeof org !== 'string' || !isUuid(org)) return null
     if (typeof ver !== 'number' || !Number.isInteger(ver)) return null
     return { sub, sid, org, ver }
   }
@@ -163,7 +162,7 @@ export class AccessTokens {
     const p = this.#verified(this.#verifyService, this.#serviceTokens, token)
     if (!p) return null
     const { sub, cid, scope } = p
-    if (typeof sub !== 'string' || !UUID.test(sub) || typeof cid !== 'string' || typeof scope !== 'string')
+    if (typeof sub !== 'string' || !isUuid(sub) || typeof cid !== 'string' || typeof scope !== 'string')
       return null
     return { sub, cid, scope }
   }

@@ -1,10 +1,9 @@
 import { type Selectable, sql } from 'kysely'
 import type { AccountTable, Executor, Role } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
+import { isUuid } from '../../uuid.ts'
 
 export type AccountRow = Selectable<AccountTable>
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 export function findAccountByEmail(db: Executor, email: string): Promise<AccountRow | undefined> {
   return db
@@ -27,7 +26,7 @@ export function findAccountsOfOrganization(
   tenant: TenantScope,
   ids: readonly string[],
 ): Promise<Pick<AccountRow, 'id' | 'email'>[]> {
-  const candidates = [...new Set(ids)].filter((id) => UUID.test(id))
+  const candidates = [...new Set(ids)].filter((id) => isUuid(id))
   if (candidates.length === 0) return Promise.resolve([])
   return db
     .selectFrom('accounts')

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
+import { Uuid } from '../../uuid.ts'
 
-const Uuid = Type.String({ format: 'uuid' })
 /** An address as sent: stored and looked up as text, so no control characters (PostgreSQL refuses NUL). */
 export const EmailAddress = (minLength: number) =>
   Type.String({ minLength, maxLength: 320, pattern: '^[^\\x00-\\x1f\\x7f]+$' })

@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox'
+import { Uuid } from '../../uuid.ts'
 import type { FileRow } from './repository.ts'
 
-const Uuid = Type.String({ format: 'uuid' })
 const DateTime = Type.String({ format: 'date-time' })
 const ResourceType = Type.String({
   pattern: '^[a-z][a-z0-9_]{0,63}$',

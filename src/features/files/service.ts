@@ -6,7 +6,7 @@ import type { Config } from '../../config.ts'
 import { type AlongWith, inTransaction } from '../../db/database.ts'
 import type { Database, Executor } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
-import { AppError } from '../../errors.ts'
+import { AppError, validationFailed } from '../../errors.ts'
 import type { Principal } from '../../principal.ts'
 import { contentDisposition, normalizeContentType, sanitizeFileName } from '../../storage/file-metadata.ts'
 import { type ObjectStore, ObjectStoreError } from '../../storage/port.ts'
@@ -89,12 +89,6 @@ export interface GeneratedFile {
 const RESOURCE_TYPE = /^[a-z][a-z0-9_]{0,63}$/
 // Object keys are built from these only; a value outside them never reaches a key.
 const KEY_SEGMENT = /^[A-Za-z0-9_-]{1,64}$/
-
-function validationFailed(path: string, message: string): AppError {
-  return new AppError('VALIDATION_FAILED', `${path} ${message}`, {
-    extensions: { errors: [{ path, message }] },
-  })
-}
 
 export class FileService {
   readonly #db: Kysely<Database>

@@ -1,7 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox'
+import { Uuid } from '../../uuid.ts'
 import { CONFIG_KEY_PATTERN, CONFIG_VALUE_MAX_BYTES, type OrganizationConfigEntry } from './config.ts'
 
-const Uuid = Type.String({ format: 'uuid' })
 const DateTime = Type.String({ format: 'date-time' })
 
 export const ConfigKey = Type.String({

@@ -5,6 +5,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problemResponses, validationFailed } from '../../errors.ts'
 import { idempotentCreate } from '../../http/idempotency.ts'
 import { requirePrincipal } from '../../principal.ts'
+import { isUuid } from '../../uuid.ts'
 import { FileRecord, fileLocation, toFileRecord } from '../files/index.ts'
 import type { PageKey, PurchaseRequestEventRow, PurchaseRequestRow } from './repository.ts'
 import {
@@ -52,7 +53,8 @@ function decodeCursor(cursor: string): PageKey {
   try {
     const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string]
     const date = new Date(createdAt)
-    if (typeof id !== 'string' || !/^[0-9a-f-]{36}$/.test(id) || !storable(date)) throw new Error()
+    // Ids are written in lower case; the text comparison of the keyset would not match another.
+    if (typeof id !== 'string' || !isUuid(id) || id !== id.toLowerCase() || !storable(date)) throw new Error()
     const key = { createdAt: date, id }
     // Only a cursor exactly as this API wrote it is accepted.
     if (encodeCursor(key) !== cursor) throw new Error()

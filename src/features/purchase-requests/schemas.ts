@@ -1,7 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox'
+import { Uuid } from '../../uuid.ts'
 import { PurchaseRequestStatuses } from './workflow.ts'
 
-const Uuid = Type.String({ format: 'uuid' })
 const DateTime = Type.String({ format: 'date-time' })
 const Status = Type.Union(
   PurchaseRequestStatuses.map((s) => Type.Literal(s)),

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox'
+import { Uuid } from '../../uuid.ts'
 
-export const Uuid = Type.String({ format: 'uuid' })
 const DateTime = Type.String({ format: 'date-time' })
 /** Text looked up in the database: no control characters (PostgreSQL text refuses NUL). */
 const NO_CONTROLS = '^[^\\x00-\\x1f\\x7f]+$'
