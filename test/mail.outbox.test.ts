@@ -1,6 +1,7 @@
 import pino from 'pino'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { inTransaction } from '../src/db/database.ts'
+import { approvalTemplate } from '../src/features/purchase-requests/approval.ts'
 import { enqueueMail, MAIL_MAX_ATTEMPTS, type MailMessage, MailOutboxWorker } from '../src/mail/outbox.ts'
 import { type MailTemplateName, MailTemplates } from '../src/mail/templates.ts'
 import { type MailTransport, SmtpTransport } from '../src/mail/transports.ts'
@@ -10,7 +11,7 @@ import { TestClock } from './helpers/clock.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { closedPort, TestSmtpServer } from './helpers/smtp.ts'
 
-// Email never blocks or rolls back a committed change, and is sent once (decisions 6): the outbox
+// Email never blocks or rolls back a committed change, and is sent once: the outbox
 // row commits with the change, the worker delivers it with retries, and workers on one database
 // never deliver the same row twice.
 
@@ -286,6 +287,7 @@ describe('mail outbox', () => {
       .returning('id')
       .executeTakeFirstOrThrow()
     const templates = new MailTemplates()
+    templates.register('purchase_request_approved', approvalTemplate)
     // A resolver reads what it needs through its own dependencies (here the database).
     templates.resolveSubject('purchase_request_approved', async ({ organizationId, data }) => {
       const org = await db()

@@ -182,21 +182,34 @@ function sources(dir: string): string[] {
   })
 }
 
-/** The tables of `Database` in src/db/schema.ts whose row type has an organization_id column. */
+/**
+ * The tables of `Database` whose row type has an organization_id column: those of src/db/schema.ts
+ * and those a feature adds to it (`declare module '…/db/schema.ts' { interface Database … }`).
+ */
 function tablesWithOrganization(): string[] {
-  const file = 'src/db/schema.ts'
-  const sourceFile = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true)
   const interfaces = new Map<string, ts.InterfaceDeclaration>()
-  for (const statement of sourceFile.statements)
-    if (ts.isInterfaceDeclaration(statement)) interfaces.set(statement.name.text, statement)
-  const database = interfaces.get('Database')
-  if (!database) throw new Error('no Database interface in src/db/schema.ts')
-  return database.members.flatMap((member) => {
-    if (!ts.isPropertySignature(member) || !member.type) return []
-    const row = interfaces.get(member.type.getText())
-    const hasOrganization = row?.members.some((column) => column.name?.getText() === 'organization_id')
-    return hasOrganization ? [member.name.getText()] : []
-  })
+  const databases: ts.InterfaceDeclaration[] = []
+  const collect = (statements: ts.NodeArray<ts.Statement>) => {
+    for (const statement of statements) {
+      if (ts.isInterfaceDeclaration(statement)) {
+        if (statement.name.text === 'Database') databases.push(statement)
+        else interfaces.set(statement.name.text, statement)
+      } else if (ts.isModuleDeclaration(statement) && statement.body && ts.isModuleBlock(statement.body)) {
+        collect(statement.body.statements)
+      }
+    }
+  }
+  for (const file of sources('src'))
+    collect(ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true).statements)
+  if (databases.length === 0) throw new Error('no Database interface in src/')
+  return databases.flatMap((database) =>
+    database.members.flatMap((member) => {
+      if (!ts.isPropertySignature(member) || !member.type) return []
+      const row = interfaces.get(member.type.getText())
+      const hasOrganization = row?.members.some((column) => column.name?.getText() === 'organization_id')
+      return hasOrganization ? [member.name.getText()] : []
+    }),
+  )
 }
 
 describe('queries of tenant tables', () => {

@@ -1,7 +1,9 @@
 import type { ColumnType, Generated, Kysely, Transaction } from 'kysely'
 
 // One interface per table, assembled into `Database`. SQL is snake_case; the API maps to
-// camelCase next to each route.
+// camelCase next to each route. A feature that owns its tables declares them in its own folder and
+// adds them to `Database` there (declaration merging, as src/features/purchase-requests/tables.ts
+// does), so that copying the folder brings them along.
 
 export type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>
 
@@ -157,30 +159,6 @@ export interface WorkerLeaseTable {
   lease_until: Timestamp
 }
 
-/** The states of the purchase-request workflow (src/services/purchase-request-workflow.ts). */
-export type PurchaseRequestStatus = 'DRAFT' | 'SUBMITTED' | 'APPROVED'
-
-export interface PurchaseRequestTable {
-  id: string
-  organization_id: string
-  created_by: string
-  title: string
-  status: PurchaseRequestStatus
-  created_at: Timestamp
-  updated_at: Timestamp
-}
-
-export interface PurchaseRequestEventTable {
-  id: Generated<string>
-  organization_id: string
-  purchase_request_id: string
-  action: string
-  from_status: PurchaseRequestStatus
-  to_status: PurchaseRequestStatus
-  actor_id: string
-  occurred_at: Timestamp
-}
-
 export interface OrganizationConfigTable {
   organization_id: string
   key: string
@@ -256,8 +234,6 @@ export interface Database {
   known_devices: KnownDeviceTable
   worker_leases: WorkerLeaseTable
   organization_config: OrganizationConfigTable
-  purchase_requests: PurchaseRequestTable
-  purchase_request_events: PurchaseRequestEventTable
   files: FileTable
   idempotency_keys: IdempotencyKeyTable
 }

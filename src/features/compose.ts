@@ -26,11 +26,7 @@ import {
 import { FileService } from './files/index.ts'
 import { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from './machine-principals/index.ts'
 import { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './organizations/index.ts'
-import {
-  ATTACHMENT_CONTENT_TYPES,
-  approvalSubjectResolver,
-  PurchaseRequests,
-} from './purchase-requests/index.ts'
+import { createPurchaseRequests, type PurchaseRequests } from './purchase-requests/index.ts'
 import {
   AccountAuthenticator,
   accountSessionVersions,
@@ -154,23 +150,20 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     clock,
     storage: config.storage,
   })
-  const purchaseRequests = new PurchaseRequests({
+  // What every resource feature is built from (the purchase requests, and a team's own beside them).
+  const resourcePorts = {
     db,
     clock,
     permissions: authz,
     tuples: authz.tuples,
-    files,
+    templates: ports.mail.templates,
     frontendUrl: config.web.frontendUrl,
-  })
+  }
+  const purchaseRequests = createPurchaseRequests({ ...resourcePorts, files, configuration: orgConfig })
 
   // Bindings between features.
   if (builtInVersions)
     events.on('UserSessionsRevokedEvent', ({ userId }) => incrementSessionVersion(db, userId))
-  files.registerResourceType('purchase_request', {
-    objectType: 'purchase_request',
-    contentTypes: ATTACHMENT_CONTENT_TYPES,
-  })
-  ports.mail.templates.resolveSubject('purchase_request_approved', approvalSubjectResolver(orgConfig))
 
   const services: Services = {
     tokens,

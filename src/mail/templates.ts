@@ -2,8 +2,8 @@
 // name and data stored in the outbox row. Values are HTML-escaped in the HTML part; subjects never
 // contain CR or LF, so no value can add a header.
 
-/** The data each template needs, as stored in `mail_outbox.data` (JSON). */
-export interface MailTemplateData {
+/** The data of the account and security emails, which every deployment sends. */
+interface BuiltInTemplateData {
   invitation: { link: string; organizationName?: string }
   password_reset: { link: string }
   password_changed: Record<string, never>
@@ -11,8 +11,14 @@ export interface MailTemplateData {
   otp_disabled: Record<string, never>
   /** `at` is an ISO-8601 instant. */
   new_device_login: { userAgent: string; ipAddress: string; at: string }
-  purchase_request_approved: { title: string; link?: string }
 }
+
+/**
+ * The data each template needs, as stored in `mail_outbox.data` (JSON). A feature that sends an
+ * email of its own adds its template's data here (`declare module '…/mail/templates.ts'`) and
+ * registers the template with `MailTemplates.register` when it is composed.
+ */
+export interface MailTemplateData extends BuiltInTemplateData {}
 
 export type MailTemplateName = keyof MailTemplateData
 
@@ -42,7 +48,8 @@ export interface RenderContext {
   organizationId: string | null
 }
 
-interface TemplateDefinition<D> {
+/** How one email is rendered from its data. */
+export interface MailTemplate<D> {
   subject(data: D): string
   text(data: D): string
   /** The inner HTML; values must be interpolated through `html`. */
@@ -105,7 +112,7 @@ ${body}
 
 const SECURITY_FOOTER = 'If this was not you, change your password and contact your administrator.'
 
-const TEMPLATES: { [K in MailTemplateName]: TemplateDefinition<MailTemplateData[K]> } = {
+const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplateData[K]> } = {
   invitation: {
     subject: (d) => (d.organizationName ? `You are invited to ${d.organizationName}` : 'You are invited'),
     text: (d) =>
@@ -177,18 +184,6 @@ const TEMPLATES: { [K in MailTemplateName]: TemplateDefinition<MailTemplateData[
 </ul>
 <p>${SECURITY_FOOTER}</p>`,
   },
-  purchase_request_approved: {
-    subject: (d) => `Purchase request approved: ${d.title}`,
-    text: (d) => `Your purchase request "${d.title}" was approved.${d.link ? `\n\n${d.link}` : ''}`,
-    body: (d) =>
-      d.link
-        ? html`<p>Your purchase request <a href="${d.link}"><strong>${d.title}</strong></a> was approved.</p>`
-        : html`<p>Your purchase request <strong>${d.title}</strong> was approved.</p>`,
-  },
-}
-
-export function isMailTemplateName(name: string): name is MailTemplateName {
-  return Object.hasOwn(TEMPLATES, name)
 }
 
 /**
@@ -196,7 +191,19 @@ export function isMailTemplateName(name: string): name is MailTemplateName {
  * subject at send time installs its resolver with `resolveSubject` when it registers.
  */
 export class MailTemplates {
+  readonly #templates = new Map<string, MailTemplate<never>>(Object.entries(TEMPLATES))
   readonly #resolvers = new Map<MailTemplateName, SubjectResolver<MailTemplateName>>()
+
+  /** Adds a feature's template (its data declared in `MailTemplateData`); a name is registered once. */
+  register<K extends MailTemplateName>(template: K, definition: MailTemplate<MailTemplateData[K]>): void {
+    if (this.#templates.has(template)) throw new Error(`the mail template ${template} is registered already`)
+    this.#templates.set(template, definition as MailTemplate<never>)
+  }
+
+  /** Whether `name` is a template this registry renders. */
+  has(name: string): name is MailTemplateName {
+    return this.#templates.has(name)
+  }
 
   resolveSubject<K extends MailTemplateName>(template: K, resolver: SubjectResolver<K>): void {
     this.#resolvers.set(template, resolver as unknown as SubjectResolver<MailTemplateName>)
@@ -207,7 +214,8 @@ export class MailTemplates {
     data: MailTemplateData[K],
     context: RenderContext,
   ): Promise<RenderedMail> {
-    const definition = TEMPLATES[template] as TemplateDefinition<MailTemplateData[K]>
+    const definition = this.#templates.get(template) as MailTemplate<MailTemplateData[K]> | undefined
+    if (!definition) throw new UnknownTemplateError(template)
     const defaultSubject = definition.subject(data)
     const resolver = this.#resolvers.get(template) as SubjectResolver<K> | undefined
     const resolved = resolver ? await resolver({ data, defaultSubject, ...context }) : undefined
@@ -217,7 +225,7 @@ export class MailTemplates {
 
   /** Renders a stored row: the name and data come from the database, not from typed code. */
   renderStored(template: string, data: unknown, context: RenderContext): Promise<RenderedMail> {
-    if (!isMailTemplateName(template)) throw new UnknownTemplateError(template)
+    if (!this.has(template)) throw new UnknownTemplateError(template)
     const stored = typeof data === 'object' && data !== null ? data : {}
     return this.render(template, stored as MailTemplateData[typeof template], context)
   }

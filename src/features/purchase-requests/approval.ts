@@ -1,4 +1,21 @@
-import { cleanSubject, type SubjectResolver } from '../../mail/templates.ts'
+import { cleanSubject, html, type MailTemplate, type SubjectResolver } from '../../mail/templates.ts'
+
+declare module '../../mail/templates.ts' {
+  interface MailTemplateData {
+    /** Sent to the creator when a request is approved; `link` opens it in the frontend. */
+    purchase_request_approved: { title: string; link?: string }
+  }
+}
+
+/** The approval email; its subject may be replaced per organization (approvalSubjectResolver). */
+export const approvalTemplate: MailTemplate<{ title: string; link?: string }> = {
+  subject: (d) => `Purchase request approved: ${d.title}`,
+  text: (d) => `Your purchase request "${d.title}" was approved.${d.link ? `\n\n${d.link}` : ''}`,
+  body: (d) =>
+    d.link
+      ? html`<p>Your purchase request <a href="${d.link}"><strong>${d.title}</strong></a> was approved.</p>`
+      : html`<p>Your purchase request <strong>${d.title}</strong> was approved.</p>`,
+}
 
 /** The organization key holding the subject of the purchase-request approval email (spec 2.11). */
 export const APPROVAL_EMAIL_SUBJECT_KEY = 'purchase_request.approval_email_subject'

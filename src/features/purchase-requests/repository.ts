@@ -1,12 +1,7 @@
 import type { Selectable } from 'kysely'
-import type {
-  Executor,
-  PurchaseRequestEventTable,
-  PurchaseRequestStatus,
-  PurchaseRequestTable,
-  Tx,
-} from '../../db/schema.ts'
+import type { Executor, Tx } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
+import type { PurchaseRequestEventTable, PurchaseRequestStatus, PurchaseRequestTable } from './tables.ts'
 
 // Purchase requests and their audit rows. Every statement names the tenant's organization: an id
 // alone, even one an authorization tuple relates to the caller, never reaches another

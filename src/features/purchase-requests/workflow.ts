@@ -1,7 +1,7 @@
 // The purchase-request state machine, declared once as data (spec 3.1). Every move is validated
 // against it; nothing else in the code knows which transitions exist.
 
-import type { PurchaseRequestStatus } from '../../db/schema.ts'
+import type { PurchaseRequestStatus } from './tables.ts'
 
 export type { PurchaseRequestStatus }
 export const PurchaseRequestStatuses = [
