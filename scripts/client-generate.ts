@@ -4,7 +4,7 @@ import openapiTS, { astToString } from 'openapi-typescript'
 import { buildDocument } from './openapi-document.ts'
 
 // npm run client:generate: the types of the typed clients, from the document the app builds
-// in-process (no server runs). Spec 9.3: the frontend client covers the human auth endpoints, the
+// in-process (no server runs). The frontend client covers the human auth endpoints, the
 // permission check, files and configuration, never the service token or project resources. The
 // demo console generates its own types for the resources it adds (purchase requests, users) the
 // same way, as a product team would for theirs.
@@ -19,7 +19,7 @@ const ROOT = path.resolve(import.meta.dirname, '..')
 export const TARGETS: readonly { file: string; keeps: (p: string) => boolean; title: string }[] = [
   {
     file: 'client/src/schema.ts',
-    title: 'the platform client (spec 9.3)',
+    title: 'the platform client',
     keeps: (p) =>
       (p.startsWith('/api/auth/') && p !== '/api/auth/service-token') ||
       p.startsWith('/api/authz/') ||

@@ -49,13 +49,13 @@ export interface AppDependencies {
   logLevel?: string
   /** Where log lines go (default stdout); tests capture them here. */
   logStream?: Writable
-  /** Extension point (spec 5.6): replaces the built-in account-table authenticator. */
+  /** Extension point: replaces the built-in account-table authenticator. */
   authenticator?: CredentialAuthenticator
-  /** Extension point (spec 5.2): enforces the `ver` claim of user access tokens. */
+  /** Extension point: enforces the `ver` claim of user access tokens. */
   sessionVersionProvider?: SessionVersionProvider
-  /** In-process events (spec 6); subscribe with `events.on(...)` before or after building. */
+  /** In-process events; subscribe with `events.on(...)` before or after building. */
   events?: EventBus
-  /** Extension point (spec 5.6): replaces the built-in password reset on the account table. */
+  /** Extension point: replaces the built-in password reset on the account table. */
   passwordResetHandler?: PasswordResetHandler
   /** A mail transport the caller owns (tests); otherwise SMTP or the embedded sink from config. */
   mailTransport?: MailTransport
@@ -222,7 +222,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     done(null, payload)
   })
   // Only JSON bodies are accepted: a cross-site form or text/plain "simple request" cannot reach
-  // a state-changing route (spec 5.1 rule 4 relies on this instead of CSRF tokens).
+  // a state-changing route (this stands in for CSRF tokens).
   app.removeContentTypeParser('text/plain')
 
   // A CORS preflight never carries credentials (Fetch standard), so the preflight route that
@@ -261,7 +261,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   })
   await app.register(cookie)
   if (config.web.cors.allowedOrigins.length > 0) {
-    // Cross-origin use is opt-in (spec 4.1 rule 5): credentials only for the listed origins.
+    // Cross-origin use is opt-in: credentials only for the listed origins.
     await app.register(cors, {
       origin: config.web.cors.allowedOrigins,
       credentials: true,

@@ -1,7 +1,7 @@
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 
-// The whole configuration surface (decisions.md section 2) as one TypeBox schema. Each leaf's
+// The whole configuration surface as one TypeBox schema. Each leaf's
 // dotted property name is derived from its path: `auth.jwt.accessTokenTtl` is
 // `platform.auth.jwt.access-token-ttl`, and its environment variable is
 // `PLATFORM_AUTH_JWT_ACCESS_TOKEN_TTL`.
@@ -148,7 +148,7 @@ export const ConfigSchema = Type.Object({
     oneTimeTokens: Duration('7d'),
     /** Files never confirmed (or refused as too large), counted from their upload address's expiry. */
     pendingUploads: Duration('1d'),
-    /** Idempotency-Key answers (decisions 7: a retry within 24 h gets the first answer). */
+    /** Idempotency-Key answers (a retry within 24 h gets the first answer). */
     idempotencyKeys: Duration('24h'),
   }),
 })

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 
-// In-process, typed events (spec 6). Listeners run after the change that caused the event has
+// In-process, typed events. Listeners run after the change that caused the event has
 // committed; a failing listener is logged and never fails the request that published the event.
 
 export interface PlatformEvents {

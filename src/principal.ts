@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify'
 import { AppError } from './errors.ts'
 
-// The three kinds of caller (spec 2.4). Exactly one principal, or none, per request.
+// The three kinds of caller. Exactly one principal, or none, per request.
 
 export interface UserPrincipal {
   readonly type: 'USER'

@@ -1,5 +1,5 @@
 // The scopes a machine principal (API key, service account) can hold; each route names the one it
-// needs (decisions 5). Users are not scope-limited.
+// needs. Users are not scope-limited.
 export const SCOPES = [
   'purchase_requests:read',
   'purchase_requests:write',

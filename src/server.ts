@@ -9,7 +9,7 @@ try {
   const source = configFromEnv(process.env)
   let config = loadConfig(source)
   port = config.server.port
-  // Outside production, no platform.storage.s3.endpoint: the embedded S3 server (decisions 3).
+  // Outside production, no platform.storage.s3.endpoint: the embedded S3 server.
   const embeddedS3 = await startEmbeddedStorage(config)
   if (embeddedS3) config = loadConfig({ ...source, ...embeddedS3.configSource() })
   const app = await buildApp(config, { logLevel: process.env.LOG_LEVEL ?? 'info' })

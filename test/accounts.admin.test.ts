@@ -18,7 +18,7 @@ import {
 import { queuedChangesOf } from './helpers/authz.ts'
 import { newApiKey, serviceBearer } from './helpers/machines.ts'
 
-// Account administration by organization admins (spec 3.3, 4.1, 5.5 rule 2; decisions 5): accounts
+// Account administration by organization admins: accounts
 // are deactivated, never deleted; deactivation revokes sessions and the role tuple; the last active
 // admin stays; admin-triggered resets mail a working link. Only signed-in admins of the same
 // organization may do any of it.

@@ -21,7 +21,7 @@ import {
 } from './helpers/accounts.ts'
 import { queuedChangesOf } from './helpers/authz.ts'
 
-// Invitations (spec 4.1, rules 1 and 2; decisions 5): an organization admin creates an inactive
+// Invitations: an organization admin creates an inactive
 // account with an unusable password and the invitee sets one through a single-use emailed link.
 
 const NEW_PASSWORD = 'a brand new passphrase'
@@ -255,7 +255,7 @@ describe('POST /api/users (invitation)', () => {
   })
 })
 
-describe('deactivating an invited account (issue 11 item 3)', () => {
+describe('deactivating an invited account', () => {
   /** An admin, and an address it invited, with the token of the emailed link. */
   async function invitedByAdmin() {
     const { admin, session } = await signedInAdmin()

@@ -9,7 +9,7 @@ import {
 } from './helpers/accounts.ts'
 import { useTestAppBeside } from './helpers/app.ts'
 
-// The new-device notice (spec 6 item 3, an operation nothing triggers by default): with the opt-in
+// The new-device notice (an operation nothing triggers by default): with the opt-in
 // setting, a login from a User-Agent the account has not used before mails the user, except for the
 // account's very first device. The check runs after the login response (app.background).
 

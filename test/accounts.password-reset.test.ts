@@ -24,7 +24,7 @@ import {
 import { createTestApp } from './helpers/app.ts'
 import { closedPort } from './helpers/smtp.ts'
 
-// Self-service password reset (spec 4.1, 5.6; decisions 5 and 6): the request answers the same
+// Self-service password reset: the request answers the same
 // whether or not the account exists and mails a single-use link after the response; confirm sets
 // the password, clears the lockout, revokes every session and sends the password-changed notice.
 // Mail survives an SMTP outage and is then delivered once.
@@ -239,7 +239,7 @@ describe('reset mail while SMTP is down', () => {
   })
 })
 
-describe('password-reset handler extension point (spec 5.6)', () => {
+describe('password-reset handler extension point', () => {
   it('hands the request and the confirm to a supplied handler instead of the account table', async () => {
     const calls: unknown[][] = []
     const handler: PasswordResetHandler = {

@@ -9,7 +9,7 @@ import { createTestApp, type TestApp, useTestApp } from './helpers/app.ts'
 import { queuedChangesOf } from './helpers/authz.ts'
 import { filesReadRoute, newApiKey, protectedTestRoutes } from './helpers/machines.ts'
 
-// API keys (spec 2.6, 5.4): provisioning that keeps only a hash, the authorization tuples queued
+// API keys: provisioning that keeps only a hash, the authorization tuples queued
 // with the key, the API_KEY principal and its organization, rejection without a distinct reason,
 // scopes, the one-principal rule (src/http/auth.ts), batched last use and revocation.
 

@@ -264,7 +264,7 @@ describe('secret rotation (platform.auth.jwt.previous-secrets)', () => {
   })
 })
 
-describe('session version (spec 5.2)', () => {
+describe('session version', () => {
   it('without a provider (default), keeps an access token valid after logout-all until it expires', async () => {
     await newUser(t.app, { email: 'no-version@example.com' })
     const session = await login(t.app, 'no-version@example.com')

@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from 'vitest'
 import { newUser, PASSWORD } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
-// Account lockout (spec 3.3, limits in spec 8: 5 attempts, 15 minutes), including parallel attempts,
+// Account lockout (default limits: 5 attempts, 15 minutes), including parallel attempts,
 // which must not get past the limit.
 
 const WRONG = 'not the password at all'
@@ -127,7 +127,7 @@ describe('account lockout', () => {
       .set({ active: false })
       .where('id', '=', lockedAndDeactivated.id)
       .execute()
-    // An invited account holds an unusable hash until a password is set (spec 4.1 rule 2).
+    // An invited account holds an unusable hash until a password is set.
     const invited = await newAccount()
     await t.app.db
       .updateTable('accounts')
@@ -159,7 +159,7 @@ describe('account lockout', () => {
   })
 })
 
-describe('lockout under a burst of parallel attempts (issue 11 item 2)', () => {
+describe('lockout under a burst of parallel attempts', () => {
   it('verifies at most 5 passwords of a burst of 30, whatever it holds', async () => {
     const account = await newAccount()
     const verify = vi.spyOn(t.app.services.passwords, 'verify')

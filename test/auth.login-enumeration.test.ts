@@ -4,7 +4,7 @@ import { FAST_LOGIN_CONFIG, newUser, PASSWORD } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
-// No user enumeration through login (issue 11 item 6): an unknown account, a deactivated one and a
+// No user enumeration through login: an unknown account, a deactivated one and a
 // known one with a wrong password run the same SQL statements and one password verification each,
 // and get the same answer. The statements are recorded by a Kysely plugin on the app's database.
 

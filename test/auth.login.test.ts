@@ -4,9 +4,9 @@ import type { CredentialAuthenticator } from '../src/features/sessions/authentic
 import { cookie, newUser, PASSWORD, type TestUser, UUID } from './helpers/accounts.ts'
 import { buildAppBeside, createTestApp, useTestApp, useTestAppBeside } from './helpers/app.ts'
 
-// POST /api/auth/login over HTTP: the cookies of spec 5.1, the session response of spec 2.1,
-// indistinguishable failures (spec 5.1 rule 6), rate limits (decisions 6), re-hashing and the
-// credential-authenticator extension point (spec 5.6).
+// POST /api/auth/login over HTTP: the access and refresh cookies, the session response (userId,
+// organizationId, sessionId), indistinguishable failures (wrong password, unknown or deactivated
+// account), rate limits, re-hashing and the credential-authenticator extension point.
 
 const THIRTY_DAYS = 30 * 24 * 60 * 60
 
@@ -36,7 +36,7 @@ const storedAccount = (app: FastifyInstance, id: string) =>
   app.db.selectFrom('accounts').selectAll().where('id', '=', id).executeTakeFirstOrThrow()
 
 describe('login', () => {
-  it('sets exactly the access and refresh cookies of spec 5.1, and answers only who signed in', async () => {
+  it('sets exactly the access and refresh cookies, and answers only who signed in', async () => {
     const account = await newAccount(t.app, 'cookies@example.com')
     const res = await login(t.app, account.email)
 
@@ -179,7 +179,7 @@ describe('login', () => {
   })
 })
 
-describe('login rate limits (decisions 6)', () => {
+describe('login rate limits', () => {
   const limited = useTestAppBeside(t, { config: { 'platform.auth.rate-limit.login-per-minute': '3' } })
 
   const expectRateLimited = (res: LightMyRequestResponse) => {
@@ -205,7 +205,7 @@ describe('login rate limits (decisions 6)', () => {
     expect(other.statusCode).toBe(200)
   })
 
-  it('counts only failed logins per IP: 10 colleagues behind one address all sign in (decisions 7)', async () => {
+  it('counts only failed logins per IP: 10 colleagues behind one address all sign in', async () => {
     const remoteAddress = '203.0.113.50'
     for (let i = 0; i < 10; i++) {
       const colleague = await newAccount(limited.app, `colleague-${i}@example.com`)
@@ -284,7 +284,7 @@ describe('password re-hash', () => {
   })
 })
 
-describe('credential authenticator extension point (spec 5.6)', () => {
+describe('credential authenticator extension point', () => {
   const DEMO_USER = '11111111-2222-4333-8444-555555555555'
   const DEMO_ORG = '66666666-7777-4888-9999-aaaaaaaaaaaa'
   const authenticator: CredentialAuthenticator = {

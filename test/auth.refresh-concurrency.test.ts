@@ -5,7 +5,7 @@ import type { PlatformEvents } from '../src/events.ts'
 import { cookie, FAST_LOGIN_CONFIG, newUser, type Session, signIn } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
-// Strict rotation under load and under failure (decisions 6): of many simultaneous refreshes with
+// Strict rotation under load and under failure: of many simultaneous refreshes with
 // one token exactly one wins, and a database error inside the rotation is a retryable 503, not reuse.
 // On PostgreSQL (TEST_DATABASE_URL) the requests really run on parallel connections.
 

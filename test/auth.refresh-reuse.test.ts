@@ -11,8 +11,8 @@ import {
 } from './helpers/accounts.ts'
 import { useTestApp, useTestAppBeside } from './helpers/app.ts'
 
-// Spec 3.2 (refresh token and session states) and decisions 5/6 (wire answers, strict rotation),
-// through HTTP only: every token a test uses comes from a Set-Cookie header.
+// Refresh token and session states, their wire answers and strict rotation, through HTTP only:
+// every token a test uses comes from a Set-Cookie header.
 
 const DAY = 86_400
 const HOUR = 3_600
@@ -149,7 +149,8 @@ describe('refresh token rotation', () => {
       .where('revoked_at', 'is', null)
       .execute()
     expect(active).toEqual([])
-    // The access token outlives the session until it expires (spec 5.2), but the session is gone.
+    // Without a session-version provider the access token outlives the session until it expires,
+    // but the session is gone.
     const list = await listSessions(newestAccess)
     expect(list.json().map((s: { sessionId: string }) => s.sessionId)).not.toContain(session.sessionId)
   })

@@ -7,11 +7,11 @@ import { FAST_LOGIN_CONFIG, newUser, signIn } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 import { newDeliveredApiKey, serviceBearer } from './helpers/machines.ts'
 
-// The guard decides from the route the router matched, never from the request text (issue 11
-// item 1, decisions 7). The router decodes percent-encoded paths and accepts absolute-form request
-// targets, so every spelling of a route's path must meet the same rule: for every registered route
-// and every kind of principal, the plain path, its percent-encoded variants and the absolute-form
-// target give the same answer. Sent over a real socket, because inject normalises the target.
+// The guard decides from the route the router matched, never from the request text. The
+// router decodes percent-encoded paths and accepts absolute-form request targets, so every
+// spelling of a route's path must meet the same rule: for every registered route and every kind
+// of principal, the plain path, its percent-encoded variants and the absolute-form target give the
+// same answer. Sent over a real socket, because inject normalises the target.
 
 const t = useTestApp({
   config: {
@@ -176,7 +176,8 @@ describe('route guard', () => {
     expect(compared).toBeGreaterThan(1000)
   }, 120_000)
 
-  // Spec 4.1 rule 4 and 1.9: what is open without credentials. Everything else is closed.
+  // What is open without credentials: the public auth endpoints, health, the console, metrics and
+  // the API documentation. Everything else is closed.
   const PUBLIC = [
     /^\/api\/auth\/(login|refresh|logout|service-token|password-reset\/request|password-reset\/confirm)$/,
     /^\/health\/(live|ready)$/,

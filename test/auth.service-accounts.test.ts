@@ -8,9 +8,9 @@ import { UUID, userAccessToken } from './helpers/accounts.ts'
 import { createTestApp, useTestApp } from './helpers/app.ts'
 import { filesReadRoute, protectedTestRoutes } from './helpers/machines.ts'
 
-// Service accounts over HTTP (spec 2.3, 2.7, 5.3): the client-credentials grant, the bearer token
-// it issues, the SERVICE_ACCOUNT principal without an organization, scopes (decisions 5), and the
-// OpenAPI security derived from each route's config.
+// Service accounts over HTTP: the client-credentials grant, the bearer token it issues, the
+// SERVICE_ACCOUNT principal without an organization, scopes, and the OpenAPI security derived
+// from each route's config.
 
 // The protected test scope, and a tenant route that needs the current organization.
 const testRoutes = protectedTestRoutes((feature) => {

@@ -6,7 +6,7 @@ import { expectProblem, newUser, type Session, signIn, type TestUser } from './h
 import { queueOwnedPurchaseRequest, useAuthzTestApp } from './helpers/authz.ts'
 import { newApiKey, serviceBearer } from './helpers/machines.ts'
 
-// The permission check (spec 4.2, 2.12, 5.5; decisions 5): over HTTP, for users, API keys and
+// The permission check: over HTTP, for users, API keys and
 // service accounts, against tuples delivered through the outbox. A denied check is 200
 // {allowed: false}, never 403; a check that cannot be answered is 503, never an allow.
 
@@ -80,8 +80,8 @@ describe('POST /api/authz/check', () => {
     // While the server cannot take the queued role tuple, the answer is no.
     t.port.failures.write = new AuthorizationUnavailableError('connect ECONNREFUSED 127.0.0.1:8080')
     expect(await allowed(session, 'member', 'organization', user.organizationId)).toBe(false)
-    // Once it can, the check delivers the queued change it depends on before answering (issue 15
-    // item 3: read-your-writes without the write holding its response).
+    // Once it can, the check delivers the queued change it depends on before answering
+    // (read-your-writes without the write holding its response).
     t.port.failures = {}
     t.clock.advance(5 * 60_000)
     expect(await allowed(session, 'member', 'organization', user.organizationId)).toBe(true)

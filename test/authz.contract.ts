@@ -5,7 +5,7 @@ import { type AuthorizationPort, AuthorizationRequestError, type TupleKey } from
 
 // The authorization contract: what every adapter of the AuthorizationPort answers alike (OpenFGA's
 // semantics), run by authz.embedded.test.ts and authz.openfga.test.ts. Part one exercises what
-// schema 1.1 offers on a model of its own; part two the product's fga-model.fga (spec 2.12).
+// schema 1.1 offers on a model of its own; part two the product's fga-model.fga.
 
 export interface ContractPort {
   port: AuthorizationPort

@@ -18,7 +18,7 @@ import {
 import { authorizationContract } from './authz.contract.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
-// The embedded evaluator (decisions 3) passes the authorization contract on this test file's own
+// The embedded evaluator passes the authorization contract on this test file's own
 // database, and keeps what it adds of its own: OpenFGA's depth limit, termination on cycles, model
 // checks on writes, one query per lookup, and correct answers over a large tuple table.
 

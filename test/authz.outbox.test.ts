@@ -11,7 +11,7 @@ import {
   useAuthzTestApp,
 } from './helpers/authz.ts'
 
-// Tuple consistency through the authorization outbox (decisions 6): changes are queued with the
+// Tuple consistency through the authorization outbox: changes are queued with the
 // database change that causes them and delivered in order under a lease, so an authorization
 // server that is down delays access but never loses it; a change the model rejects is set aside.
 

@@ -5,7 +5,7 @@ import { createTestApp } from './helpers/app.ts'
 import { SwitchablePort, switchableEmbeddedPort } from './helpers/authz.ts'
 import { createTestDatabase } from './helpers/database.ts'
 
-// Issue 15 item 3: with an authorization server (tuples go through the outbox), a create answers
+// Read-your-writes: with an authorization server (tuples go through the outbox), a create answers
 // without waiting for its tuple to be delivered, and the creator can still read what they created
 // at once: a check that would deny while a change about its subject or object is queued delivers
 // it first. Here the server is the embedded evaluator behind a port whose writes the test holds.

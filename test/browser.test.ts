@@ -13,7 +13,7 @@ import { ownedResource } from './helpers/files.ts'
 import { startTestS3, type TestS3 } from './helpers/s3.ts'
 import { TestSmtpServer } from './helpers/smtp.ts'
 
-// The browser half (issue 13 item 4), in real headless Chromium against a real server with the
+// The browser half, in real headless Chromium against a real server with the
 // demo console and the embedded S3 server: what the cookies, the typed client and the console do
 // in a browser, with two tabs where it matters. Chromium: CHROMIUM_PATH, else Debian's
 // /usr/bin/chromium (.ci/run installs it). Screenshots go to test-results/browser/.

@@ -208,7 +208,7 @@ describe('operations CLI', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   })
 })
 
-describe('operators see what exists (issue 12 item 7)', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
+describe('operators see what exists', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it('lists organizations and their users, and unlocks an account by email', async () => {
     const org = JSON.parse((await cli('org', 'create', '--name', 'Listed Ltd')).stdout).organizationId
     const user = await runNode(

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest'
 import { generate, selectPaths, TARGETS } from '../scripts/client-generate.ts'
 
 // The committed client types are what `npm run client:generate` makes from today's document: a
-// route or schema change without regenerating fails here (issue 13 item 2).
+// route or schema change without regenerating fails here.
 
 describe('the generated clients', () => {
   it('are up to date with the document (run npm run client:generate)', async () => {
@@ -14,7 +14,7 @@ describe('the generated clients', () => {
     }
   }, 60_000)
 
-  it('cover exactly the operations of spec 9.3: no service token, no project resources', async () => {
+  it('cover exactly auth, permission check, files and configuration: no service token, no project resources', async () => {
     const schema = await readFile('client/src/schema.ts', 'utf8')
     for (const path of [
       '/api/auth/login',

@@ -206,7 +206,7 @@ describe('configuration', () => {
   })
 })
 
-describe('password hashing cost (issue 11 item 12)', () => {
+describe('password hashing cost', () => {
   it.each([
     ['platform.auth.password.hash-memory-kib', '19455'],
     ['platform.auth.password.hash-iterations', '1'],

@@ -4,7 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { FAST_LOGIN_CONFIG, newActor, type Session } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
-// Request bodies are validated as sent, never coerced (issue 18 item 1): a number, a boolean or
+// Request bodies are validated as sent, never coerced: a number, a boolean or
 // null where the document says string, or a missing required field, is 400 VALIDATION_FAILED with
 // the field in `errors[]`, and nothing is stored. Path and query values, which travel as text,
 // are still coerced to their declared types.

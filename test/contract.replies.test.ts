@@ -5,7 +5,7 @@ import { checkRepliesAgainstDocument, takeContractViolations } from './helpers/c
 import { createTestDatabase } from './helpers/database.ts'
 import { startTestS3 } from './helpers/s3.ts'
 
-// The reply checker that every test app runs (issue 18 item 4) catches what it is there to catch:
+// The reply checker that every test app runs catches what it is there to catch:
 // an undocumented status, an undocumented media type and a body that does not match its schema.
 
 describe('reply checking against the document', () => {

@@ -35,7 +35,7 @@ describe('npm run dev', () => {
     expect(await page.text()).toContain('swagger-ui')
     const api = await fetch(first.docs.replace('/docs', '/v3/api-docs'))
     expect(api.status).toBe(200)
-    // The root is the demo console (decisions 7), its script bundled at start.
+    // The root is the demo console, its script bundled at start.
     const root = await fetch(first.docs.replace('/docs', '/'))
     expect(root.status).toBe(200)
     expect(await root.text()).toContain('<script type="module" src="/console/app.js">')

@@ -7,7 +7,7 @@ import { ErrorCatalogue } from '../src/errors.ts'
 import { newUser, signIn } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 
-// The document as a product (issue 13 item 1): what a generated client needs from /v3/api-docs.
+// The document as a product: what a generated client needs from /v3/api-docs.
 // Each assertion is something a generator run against the earlier document got wrong.
 
 interface Operation {

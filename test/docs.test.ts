@@ -61,7 +61,7 @@ describe('OpenAPI document and interactive docs', () => {
     expect(res.headers.location).toBe('/docs')
   })
 
-  it('lists on every operation the problems the framework and the guard can answer (issue 18 item 2)', async () => {
+  it('lists on every operation the problems the framework and the guard can answer', async () => {
     const current = await createTestAppForTest()
     const document = (await current.app.inject({ method: 'GET', url: '/v3/api-docs' })).json()
     const missing: string[] = []
@@ -84,7 +84,7 @@ describe('OpenAPI document and interactive docs', () => {
     expect(missing).toEqual([])
   })
 
-  it('documents the Location header of every 201 (decisions 7), with its body under application/json', async () => {
+  it('documents the Location header of every 201, with its body under application/json', async () => {
     const current = await createTestAppForTest()
     const document = (await current.app.inject({ method: 'GET', url: '/v3/api-docs' })).json()
     const created: string[] = []

@@ -196,7 +196,7 @@ describe('error responses', () => {
   })
 })
 
-describe("the framework's own errors (issue 18 item 3)", () => {
+describe("the framework's own errors", () => {
   const signedIn = () => ({ access_token: userAccessToken(t.app, randomUUID()) })
 
   it('answers a path that is not valid percent-encoding with 400 BAD_REQUEST as problem+json', async () => {

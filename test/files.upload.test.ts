@@ -28,7 +28,7 @@ import {
   useFilesTestApp,
 } from './helpers/files.ts'
 
-// The upload sequence of spec 4.3 over real HTTP against the embedded S3 server, which verifies
+// The upload sequence over real HTTP against the embedded S3 server, which verifies
 // signatures: initiate, PUT straight to the store, confirm, download. What the store refuses (a
 // Content-Type other than the signed one, a changed signature, an expired address), the file
 // lifecycle (PENDING, CONFIRMED, REJECTED over the size limit), and what a client cannot steer
@@ -43,7 +43,7 @@ const fileRow = (id: string) =>
 
 const PDF = '%PDF-1.7\n% not really a PDF, but bytes all the same\n'
 
-describe('the upload sequence (spec 4.3)', () => {
+describe('the upload sequence', () => {
   it('initiates, uploads straight to the store, confirms with the size, and downloads under the original name', async () => {
     const { session, resourceId, organizationId } = await editor()
     const res = await initiate(t.app, session, {

@@ -7,7 +7,7 @@ import { createTestApp, type TestApp, testSecret } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { initiateBody } from './helpers/files.ts'
 
-// Issue 16 F15 when the answer is lost with the process: the create committed, and the service
+// Fault F15 when the answer is lost with the process: the create committed, and the service
 // died before it could record its answer under the Idempotency-Key (here: the answer hangs in an
 // onSend hook, as if the process had stopped there). The client retries with the same key on
 // another instance (a restart), after the claim has been abandoned for longer than a request can

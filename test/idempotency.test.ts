@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest'
 import { type Actor, asUser, expectProblem, newActor, signIn } from './helpers/accounts.ts'
 import { initiateBody, newEditor, useFilesTestApp } from './helpers/files.ts'
 
-// Idempotency-Key on the POST creates (decisions 7; issue 16 F15): a create whose response was lost
+// Idempotency-Key on the POST creates (fault F15): a create whose response was lost
 // is retried safely. Purchase requests, uploads and invitations.
 
 const t = useFilesTestApp()

@@ -18,7 +18,7 @@ const CLI_TEST_TIMEOUT_MS = 90_000
 
 // The raw API key, the client secret and the issued service token are shown once, to whoever asked
 // for them, and never again: not in the logs, not in a later response, not in a listing. The
-// credentials are made by the CLI as a real process (decisions 4) and used over HTTP by an app on
+// credentials are made by the CLI as a real process and used over HTTP by an app on
 // the same database: real PostgreSQL with TEST_DATABASE_URL, otherwise the CLI's own PGlite
 // directory, opened in-process only while no CLI process runs (PGlite is single-process).
 

@@ -12,7 +12,7 @@ import {
   useMailTestApp,
 } from './helpers/accounts.ts'
 
-// No raw one-time token at rest (issue 19 item 1): the mail outbox keeps the data of a message that
+// No raw one-time token at rest: the mail outbox keeps the data of a message that
 // carries a token link sealed (AES-GCM, key derived from the configured secret), and clears the data
 // of every message once it is sent. Read straight from the table.
 

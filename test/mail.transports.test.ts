@@ -16,7 +16,7 @@ import { LogCapture, testConfig } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
 import { TestSmtpServer } from './helpers/smtp.ts'
 
-// One contract, two adapters (decisions 3): what the SMTP transport delivers to a real SMTP server
+// One contract, two adapters: what the SMTP transport delivers to a real SMTP server
 // and what the embedded sink writes to disk parse to the same message.
 
 interface Delivered {

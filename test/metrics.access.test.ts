@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest'
 import { userAccessToken } from './helpers/accounts.ts'
 import { createTestAppForTest } from './helpers/app.ts'
 
-// /metrics is not readable anonymously under the production profile (issue 11 item 10): with
+// /metrics is not readable anonymously under the production profile: with
 // platform.metrics.bearer-token it needs that token; under production without one it is not served.
 
 const PRODUCTION = {

@@ -7,7 +7,7 @@ import { ACCOUNT_TEST_CONFIG, asUser, newUser, type Session, signIn } from './he
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/database.ts'
 
-// Decisions 6: several instances on one database behave as one. Instance A caches an
+// Several instances on one database behave as one. Instance A caches an
 // organization's configuration; instance B changes it over HTTP; A serves the new value as soon
 // as B's commit notification reaches it, never the cached one. On PostgreSQL the instances have
 // a pool and a LISTEN connection each; on PGlite they share the one embedded session.

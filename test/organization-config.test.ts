@@ -16,7 +16,7 @@ import {
 import { useTestApp } from './helpers/app.ts'
 import { newApiKey } from './helpers/machines.ts'
 
-// Organization configuration over HTTP (spec 4.4, decisions 5): members read, admins write, nobody
+// Organization configuration over HTTP: members read, admins write, nobody
 // reaches another organization's entries; keys and values are validated; API keys need the
 // config scopes. And the approval email's subject is read from the organization's entry when the
 // message is sent.

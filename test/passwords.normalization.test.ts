@@ -3,7 +3,7 @@ import { PasswordHasher } from '../src/security/passwords.ts'
 import { FAST_LOGIN_CONFIG, login, newUser } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
-// Passwords are compared in Unicode NFKC (issue 11 item 12, NIST 800-63B 5.1.1.2): the same
+// Passwords are compared in Unicode NFKC (NIST 800-63B 5.1.1.2): the same
 // password typed with a composed or a decomposed accent, or in full-width forms, is the same password.
 
 const composed = 'caf\u00e9 au lait, s\u2019il vous pla\u00eet'

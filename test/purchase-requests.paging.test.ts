@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { ACCOUNT_TEST_CONFIG, asUser, expectProblem, newActor, type Session } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
-// Keyset paging of GET /api/purchase-requests (decisions 5): newest first in (createdAt desc,
+// Keyset paging of GET /api/purchase-requests: newest first in (createdAt desc,
 // id desc) order, `limit` 1..100 (default 20), an opaque `nextCursor` that is null on the last
 // page, the status filter, and walks that stay exact while requests with equal creation times
 // straddle page boundaries or new requests arrive mid-walk.

@@ -11,7 +11,7 @@ import {
 import { type Actor, asUser, expectProblem, newActor } from './helpers/accounts.ts'
 import { confirm, downloadUrl, initiated, listFiles, putBytes, useFilesTestApp } from './helpers/files.ts'
 
-// The purchase-request report (spec 4.5, decisions 5): POST .../report renders a one-page PDF and
+// The purchase-request report: POST .../report renders a one-page PDF and
 // stores it through the file service as a CONFIRMED attachment of the request, in the same call.
 // The PDF is read back through the download address from the real embedded S3 server and its text
 // extracted. It needs can_view (a member may generate it, though only can_edit may upload); text

@@ -13,10 +13,10 @@ import {
 import { useAuthzTestApp } from './helpers/authz.ts'
 import { newDeliveredApiKey, serviceBearer } from './helpers/machines.ts'
 
-// Purchase requests across organizations and principal kinds (spec 2.12, 4.5, 5.5; decisions 5
-// and 6): another organization's request is out of reach, every route needs credentials, API keys
-// are bounded by their scopes and organization, service accounts have no organization, and an
-// authorization server that is down delays the creator's access without losing it.
+// Purchase requests across organizations and principal kinds: another organization's request is
+// out of reach, every route needs credentials, API keys are bounded by their scopes and
+// organization, service accounts have no organization, and an authorization server that is down
+// delays the creator's access without losing it.
 
 const t = useAuthzTestApp()
 

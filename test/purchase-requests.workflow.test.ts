@@ -16,7 +16,7 @@ import {
   useMailTestApp,
 } from './helpers/accounts.ts'
 
-// The purchase-request workflow (spec 3.1, 4.5) over HTTP: create, submit and approve with their
+// The purchase-request workflow over HTTP: create, submit and approve with their
 // audit rows, the approval email over real SMTP, invalid moves, title validation, who may move a
 // request, and two approvals racing for one request.
 

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { enforceRateLimits } from '../src/http/rate-limit.ts'
 import { useTestApp } from './helpers/app.ts'
 
-// Rate-limit counters of past windows are pruned by housekeeping (issue 11 item 12), so an attacker
+// Rate-limit counters of past windows are pruned by housekeeping, so an attacker
 // spraying random addresses cannot grow the table without bound.
 
 const t = useTestApp()

@@ -12,7 +12,7 @@ import {
 import { useTestApp } from './helpers/app.ts'
 import { queueTupleChanges } from './helpers/authz.ts'
 
-// Retention (issue 19 item 2): each table that grows with traffic declares what may go and after
+// Retention: each table that grows with traffic declares what may go and after
 // how long (platform.retention.*), and one housekeeping worker runs the rules in small batches.
 // Each rule: what goes, and what stays.
 

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest'
 import { SecretBox } from '../src/security/secret-box.ts'
 
 // Secrets at rest (TOTP secrets, token links in the mail outbox) survive a rotation of the JWT
-// secret: the new secret seals, the previous ones still open what they sealed (issue 19 item 1).
+// secret: the new secret seals, the previous ones still open what they sealed.
 
 describe('secret box rotation', () => {
   const old = randomBytes(32)

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest'
 import { userAccessToken } from './helpers/accounts.ts'
 import { createTestAppForTest, useTestApp } from './helpers/app.ts'
 
-// Security headers on every response (issue 11 item 9), errors included, from @fastify/helmet; the
+// Security headers on every response, errors included, from @fastify/helmet; the
 // interactive docs keep working under their own policy.
 
 const t = useTestApp()

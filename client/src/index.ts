@@ -2,14 +2,14 @@ import createClient, { type Client } from 'openapi-fetch'
 import type { components, paths } from './schema.ts'
 
 // The platform's browser client: the calls are generated from /v3/api-docs (./schema.ts, through
-// openapi-fetch); this layer adds what spec 5.1 and decisions 6 ask of a client:
-// - restoreSession(): one refresh at start-up; failure means signed out (rule 2);
-// - a 401 on any call but login and refresh: refresh once, retry once, then report (rule 3);
+// openapi-fetch); this layer adds what the service asks of a browser client:
+// - restoreSession(): one refresh at start-up; failure means signed out;
+// - a 401 on any call but login and refresh: refresh once, retry once, then report;
 // - refreshes single-flight within a tab and serialised across tabs with the Web Locks API, with a
 //   BroadcastChannel telling the other tabs the outcome, so no two tabs ever present one refresh
 //   cookie (rotation is strict: that would revoke the session);
 // - uploads: initiate, PUT straight to the store with progress, confirm (one retry on
-//   UPLOAD_NOT_FOUND after 400 ms, spec 4.3);
+//   UPLOAD_NOT_FOUND after 400 ms);
 // - errors as PlatformError carrying the catalogue's `code`.
 
 export type Schemas = components['schemas']

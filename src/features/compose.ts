@@ -54,7 +54,7 @@ export interface Ports {
   mail: { seal(data: Record<string, unknown>): SealedMailData; templates: MailTemplates }
 }
 
-/** The extension points of spec 5.6 and 6 (AppDependencies). */
+/** The extension points a deployment passes to buildApp (AppDependencies). */
 export interface Extensions {
   authenticator?: CredentialAuthenticator | undefined
   sessionVersionProvider?: SessionVersionProvider | undefined
@@ -68,7 +68,7 @@ export interface Services {
   events: EventBus
   /** The credential check of login: the built-in one below, or a deployment's own. */
   authenticator: CredentialAuthenticator
-  /** Enforces the `ver` claim of user access tokens (spec 5.2), when enabled or supplied. */
+  /** Enforces the `ver` claim of user access tokens, when enabled or supplied. */
   sessionVersions: SessionVersionProvider | null
   sessions: SessionService
   serviceAccounts: ServiceAccounts

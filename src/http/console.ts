@@ -1,4 +1,4 @@
-// The demo console at `/` (npm run dev, decisions 7): a plain page built on the typed client
+// The demo console at `/` (npm run dev): a plain page built on the typed client
 // (client/), bundled with esbuild when the plugin starts. Never registered under production.
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'

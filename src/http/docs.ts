@@ -125,7 +125,7 @@ async function docsPlugin(app: FastifyInstance, options: DocsPluginOptions) {
       }
     },
     // Named schemas (a `title`) become components wherever a route uses them, so a generated client
-    // has one reusable type per resource (issue 13).
+    // has one reusable type per resource.
     transformObject: (documentObject) =>
       hoistNamedSchemas((documentObject as { openapiObject: OpenApiDocument }).openapiObject) as never,
     refResolver: {
@@ -134,8 +134,8 @@ async function docsPlugin(app: FastifyInstance, options: DocsPluginOptions) {
         typeof json.$id === 'string' ? json.$id : `def-${i}`,
     },
   })
-  // The document and the UI are public (spec 1.9). Swagger UI registers its own routes, so they are
-  // marked public as they are added, in a scope of their own.
+  // The document and the UI are public, reachable without credentials. Swagger UI registers its own
+  // routes, so they are marked public as they are added, in a scope of their own.
   await app.register(async (ui) => {
     ui.addHook('onRoute', (route) => {
       route.config = { ...route.config, public: true }

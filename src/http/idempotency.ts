@@ -1,4 +1,4 @@
-// Idempotency-Key on POST creates (decisions 7; issue 16 F15): a route with `config.idempotent`
+// Idempotency-Key on POST creates (fault F15, a lost response): a route with `config.idempotent`
 // accepts the header (1-255 visible ASCII). The first request with a key claims it and records its
 // 2xx answer; the same key from the same principal within 24 h (platform.retention.idempotency-keys)
 // gets that answer again (`Idempotent-Replayed: true`) without running the handler, and a copy sent

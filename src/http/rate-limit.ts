@@ -22,7 +22,7 @@ export interface RateLimitRule {
   /** The configured allowance (platform.auth.rate-limit.*). */
   max: keyof Config['auth']['rateLimit']
   window: RateLimitWindow
-  /** Only failures count: a successful request gives its hit back (the per-IP login limit, decisions 7). */
+  /** Only failures count: a successful request gives its hit back (the per-IP login limit). */
   failuresOnly?: boolean
 }
 
@@ -87,7 +87,7 @@ export interface CountedHit {
 }
 
 /**
- * Gives back hits of limits that count failures only (the per-IP login limit, decisions 7): each
+ * Gives back hits of limits that count failures only (the per-IP login limit): each
  * attempt is counted before the expensive work, so parallel attempts cannot pass the limit, and a
  * success takes its hit back. A window that has rolled over since keeps its count.
  */

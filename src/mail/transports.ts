@@ -7,7 +7,7 @@ import { type Clock, systemClock } from '../clock.ts'
 import { type Config, ConfigError } from '../config.ts'
 import { cleanSubject } from './templates.ts'
 
-// The mail port (decisions 3): SMTP when platform.mail.smtp.url is set, otherwise an embedded sink
+// The mail port: SMTP when platform.mail.smtp.url is set, otherwise an embedded sink
 // that stores each message as an .eml file. Both build the message with nodemailer, so the bytes
 // a developer opens from the sink are the ones an SMTP server would receive. nodemailer (about
 // 10 MB of a process's memory) is loaded with the first message, not at start-up.
@@ -87,7 +87,7 @@ export interface FileSinkOptions {
   clock?: Clock
 }
 
-/** The embedded sink (decisions 3): one .eml file per message and one log line, never the body. */
+/** The embedded sink: one .eml file per message and one log line, never the body. */
 export class FileSinkTransport implements MailTransport {
   readonly #directory: string
   readonly #log: MailLogger

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { LISTEN_RESET } from '../db/notifications.ts'
 
-// The one outbox engine (decisions 6: a side effect never rolls back or blocks a committed change).
+// The one outbox engine (a side effect never rolls back or blocks a committed change).
 // A change writes its outbox row in its own transaction; a worker delivers it afterwards. What
 // every kind shares lives here: when to run (a poll, a wake-up on NOTIFY when a row is queued on
 // any instance, a call), one run at a time per worker with a trailing run for calls that arrive

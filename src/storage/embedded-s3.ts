@@ -6,12 +6,12 @@ import type S3rver from '@20minutes/s3rver'
 import type { S3rverContext, S3rverMiddleware } from '@20minutes/s3rver'
 import type { Config, ConfigSource } from '../config.ts'
 
-// The embedded S3-compatible server (decisions 3) for development and tests: @20minutes/s3rver on
+// The embedded S3-compatible server for development and tests: @20minutes/s3rver on
 // 127.0.0.1, files under a directory, every request signed with this server's own key pair (an
 // unsigned request, s3rver's well-known S3RVER key, another Content-Type than the signed one, a
 // changed signature or a past expiry are refused as S3 would refuse them). The service never
-// creates the bucket (spec 4.3): the launcher that starts this server creates it, with a CORS rule
-// so a browser page on the given origins can PUT and GET directly.
+// creates the bucket (it must exist beforehand): the launcher that starts this server creates it,
+// with a CORS rule so a browser page on the given origins can PUT and GET directly.
 
 export interface S3Credentials {
   accessKeyId: string

@@ -1,4 +1,4 @@
-// The object-store port (decisions 3): file bytes go straight between the browser and an
+// The object-store port: file bytes go straight between the browser and an
 // S3-compatible store through pre-signed addresses; the service only signs, inspects and deletes.
 // One adapter, S3 (src/storage/s3.ts), serves both a real store and the embedded server the
 // launchers start (src/storage/embedded-s3.ts); both pass test/storage.contract.test.ts.

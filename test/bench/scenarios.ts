@@ -7,7 +7,7 @@ export interface Scenario {
   path: string
   method?: Options['method']
   expectStatus: number
-  /** The floor this scenario is a ratio of (issue 15), and the ratio it should reach. */
+  /** The floor this scenario is a ratio of, and the ratio it should reach. */
   floor?: 'A' | 'B' | 'C'
   goal?: number
   /** Preparation against the running service (log in, seed), run before each autocannon run. */
@@ -40,7 +40,7 @@ async function userCookie(baseUrl: string): Promise<string> {
 /** The user `npm run bench` seeds (through the CLI) before starting the service. */
 export const BENCH_USER = { email: 'bench@example.test', password: 'bench-password-0123456789' }
 
-/** Logins and their floor run with 4 connections (issue 15): argon2id, not the connections, bounds them. */
+/** Logins and their floor run with 4 connections: argon2id, not the connections, bounds them. */
 const LOGIN_CONNECTIONS = 4
 
 /** Enough sessions for every connection of a run to have a token in flight. */

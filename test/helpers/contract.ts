@@ -2,7 +2,7 @@ import { Ajv2020 } from 'ajv/dist/2020.js'
 import formats from 'ajv-formats'
 import type { FastifyInstance } from 'fastify'
 
-// The suite as a contract test (issue 18 item 4): every reply a test app sends is checked against
+// The suite as a contract test: every reply a test app sends is checked against
 // the app's own OpenAPI document (the operation, the status, the media type and the body schema).
 // A mismatch is recorded and fails the test that caused it (test/helpers/contract-setup.ts).
 

@@ -91,7 +91,7 @@ export async function startService(options: ServiceOptions): Promise<ServiceProc
   }
 }
 
-/** The environment variable of a dotted property (decisions 2), for a ConfigSource given to a process. */
+/** The environment variable of a dotted property, for a ConfigSource given to a process. */
 export function envOf(source: Record<string, string | undefined>): Record<string, string> {
   const env: Record<string, string> = {}
   for (const [property, value] of Object.entries(source)) {

@@ -7,7 +7,7 @@ import { queueTupleChanges } from '../helpers/authz.ts'
 import { FakeOpenFga } from '../helpers/fake-openfga.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
-// Fault F8 of issue 16: the authorization server (an OpenFGA-compatible server, reached through a
+// Fault F8: the authorization server (an OpenFGA-compatible server, reached through a
 // TCP proxy) goes away. Checks fail closed with 503, never an allow remembered from before; tuple
 // changes stay queued and land, in order, once it is back.
 

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { S3ObjectStore } from '../../src/storage/s3.ts'
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 
-// Found by the kill -9 test (kill-restart.test.ts, F17 of issue 16), whose clients upload at the same
+// Found by the kill -9 test (kill-restart.test.ts, fault F17), whose clients upload at the same
 // time: on the embedded S3 server (src/storage/embedded-s3.ts, which serves @20minutes/s3rver's
 // filesystem store), an object written while another object of the same "directory" is deleted can
 // be lost. DeleteObject prunes the directories its key leaves empty: it checks that the directory

@@ -15,7 +15,7 @@ import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 import { SmtpSink } from '../helpers/smtp-sink.ts'
 
-// Fault F17 of issue 16: the service (src/server.ts, its own process, real PostgreSQL, the S3 server
+// Fault F17 (kill -9 under load): the service (src/server.ts, its own process, real PostgreSQL, the S3 server
 // and a real SMTP server of this test) is SIGKILLed at a random moment of a mixed workload, 20 times,
 // and restarted on the same database. Four admins of one organization run, each in a loop: logins,
 // refreshes of their strict token chain, logouts, purchase-request creates, submits and approvals

@@ -17,7 +17,7 @@ import { createTestApp, type TestApp } from '../helpers/app.ts'
 import { TestSmtpServer } from '../helpers/smtp.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
-// Faults F6 and F7 of issue 16, with a real SMTP server behind a TCP proxy that the test cuts.
+// Faults F6 and F7, with a real SMTP server behind a TCP proxy that the test cuts.
 // F6: the SMTP server is down for minutes (of the test clock): requests that send mail still answer
 // 202 at once, the outbox backs off, and delivers once the server is back; a message that keeps
 // failing is dead-lettered and shows in the metrics and the outbox report the CLI prints.

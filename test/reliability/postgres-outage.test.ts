@@ -21,7 +21,7 @@ import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
-// Faults F1-F3 of issue 16 against real PostgreSQL: the service reaches it through a TCP proxy
+// Faults F1-F3 against real PostgreSQL: the service reaches it through a TCP proxy
 // that the test cuts (every connection reset, new ones refused, as when the server stops) while
 // requests are in flight, then restores on the same port. The service is never restarted.
 
@@ -128,7 +128,7 @@ describe.skipIf(!usingPostgres())('PostgreSQL going away under the service', () 
   }, 30_000)
 })
 
-// Also from issue 16: the service starts while PostgreSQL is down, reports it in /health/ready and
+// Also: the service starts while PostgreSQL is down, reports it in /health/ready and
 // answers /api with 503 until it is back, then migrates the (empty) database and serves, without a
 // restart.
 describe.skipIf(!usingPostgres())('PostgreSQL down when the service starts', () => {

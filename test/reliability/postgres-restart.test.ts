@@ -10,7 +10,7 @@ import { type PostgresCluster, startPostgresCluster } from '../helpers/postgres-
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 
-// Faults F1 and F3 of issue 16 with a real server going away: the service runs as `npm start` runs
+// Faults F1 and F3 with a real server going away: the service runs as `npm start` runs
 // it (its own process), on a PostgreSQL cluster this test created, and the test stops that server
 // with pg_ctl while requests are in flight: a fast shutdown (every session terminated with 57P01,
 // then connections refused) and an immediate one (a crash: sessions dropped without a word, WAL

@@ -6,7 +6,7 @@ import { confirm, initiated, newEditor, putBytes } from '../helpers/files.ts'
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
-// Fault F11 of issue 16: the S3 store goes away (a TCP proxy in front of the embedded server is
+// Fault F11: the S3 store goes away (a TCP proxy in front of the embedded server is
 // cut) while uploads are under way. Signing needs no store; confirming does, and waits for it.
 
 describe('the object store going away under the service', () => {

@@ -12,7 +12,7 @@ import {
 } from '../helpers/accounts.ts'
 import { createTestApp, type TestApp, testSecret } from '../helpers/app.ts'
 
-// Two instances on one database, as behind a load balancer (issue 16): requests alternate between
+// Two instances on one database, as behind a load balancer: requests alternate between
 // them, and each guarantee must hold as if there were one service.
 
 describe('two instances on one database', () => {

@@ -10,7 +10,7 @@ import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 import { SmtpSink } from '../helpers/smtp-sink.ts'
 
-// Two instances on one database (issue 16) as they are deployed: two service processes
+// Two instances on one database as they are deployed: two service processes
 // (src/server.ts, as `npm start` runs it) on one PostgreSQL, one SMTP server and one S3 store,
 // behind a "load balancer" that is this test (it spreads requests over both and sets
 // X-Forwarded-For, which the services trust from loopback). A background load runs over both for

@@ -17,7 +17,7 @@ export interface AccountLinksDeps {
 }
 
 /**
- * The single-use links of invitations and password resets (spec 4.1): a new link retires the
+ * The single-use links of invitations and password resets: a new link retires the
  * older ones of its purpose, so only the latest works; the email carrying it goes to the outbox
  * in the caller's transaction.
  */

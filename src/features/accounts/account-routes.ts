@@ -1,4 +1,4 @@
-// Self-service account endpoints: password reset (spec 4.1 rule 1) and the TOTP second factor.
+// Self-service account endpoints: password reset (confirm takes invitation tokens too), TOTP second factor.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses } from '../../errors.ts'

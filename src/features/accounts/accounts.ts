@@ -26,7 +26,7 @@ export function checkPasswordPolicy(config: Config, password: string): void {
   }
 }
 
-/** The tuple that makes an account `admin` or `member` of its organization (spec 2.12). */
+/** The tuple that makes an account `admin` or `member` of its organization. */
 export function roleTuple(
   operation: 'write' | 'delete',
   account: Pick<AccountRow, 'id' | 'role' | 'organization_id'>,

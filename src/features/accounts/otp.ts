@@ -202,7 +202,7 @@ export class OtpService {
   }
 
   /**
-   * The login's second factor (spec 5.1 rule 5): true when OTP is off, or the code is a fresh TOTP
+   * The login's second factor: true when OTP is off, or the code is a fresh TOTP
    * code or an unused backup code; 401 OTP_REQUIRED when the code is missing; false otherwise.
    */
   async verifyAtLogin(account: AccountRow, otpCode: string | undefined): Promise<boolean> {

@@ -13,7 +13,7 @@ import { consumeOneTimeToken, findOneTimeToken, retireOneTimeTokens } from './on
 import { findAccount, findAccountByEmail, incrementSessionVersion, setNewPassword } from './repository.ts'
 
 /**
- * Extension point (spec 5.6): password reset. `request` must behave identically whether or not
+ * Extension point: password reset. `request` must behave identically whether or not
  * the account exists; `confirm` sets the new password for a valid single-use token.
  */
 export interface PasswordResetHandler {
@@ -32,7 +32,7 @@ export interface PasswordResetsDeps {
 
 const invalidToken = () => new AppError('INVALID_TOKEN', 'The link is invalid, expired or already used')
 
-/** The built-in password reset on the account table (spec 4.1). */
+/** The built-in password reset on the account table. */
 export class PasswordResets implements PasswordResetHandler {
   readonly #deps: PasswordResetsDeps
 
@@ -49,7 +49,7 @@ export class PasswordResets implements PasswordResetHandler {
   }
 
   /**
-   * Sets a new password with a single-use token of either purpose (spec 4.1 rule 1): activates an
+   * Sets a new password with a single-use token of either purpose, invitation or reset: activates an
    * invited account, clears the lockout, revokes every session, and queues the password-changed notice.
    */
   async confirm(token: string, newPassword: string): Promise<void> {

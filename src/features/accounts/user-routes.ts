@@ -1,4 +1,4 @@
-// Account administration by organization admins (spec 4.1, 5.5 rule 2): invite, deactivate,
+// Account administration by organization admins: invite, deactivate,
 // reactivate, admin-triggered password reset. Checked against the account table, not the
 // authorization server.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'

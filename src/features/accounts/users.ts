@@ -53,7 +53,7 @@ async function accountExists<T>(work: () => Promise<T>): Promise<T> {
 }
 
 /**
- * Account administration by an organization's admins (spec 4.1, 5.5 rule 2): invite, deactivate,
+ * Account administration by an organization's admins: invite, deactivate,
  * reactivate and the admin-triggered reset; and by operators (the CLI, the demo seed): create. The
  * organization is the request's tenant; the admin relation is checked through the authorization
  * port. Every

@@ -1,4 +1,4 @@
-// The generic file endpoints (spec 4.3, decisions 5): initiate an upload, confirm it, get a
+// The generic file endpoints: initiate an upload, confirm it, get a
 // download address, list a resource's confirmed files. Bytes never pass through the service.
 // Relations are checked on the resource the file belongs to (src/features/files/service.ts).
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'

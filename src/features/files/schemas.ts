@@ -72,7 +72,11 @@ export const FileRecord = Type.Object(
     createdAt: DateTime,
     confirmedAt: Type.Union([DateTime, Type.Null()]),
   },
-  { $id: 'FileRecord', title: 'FileRecord', description: 'File record (spec 2.10)' },
+  {
+    $id: 'FileRecord',
+    title: 'FileRecord',
+    description: 'An uploaded file: its resource, name, type, size and state',
+  },
 )
 
 export const FileParams = Type.Object({ fileId: Uuid })

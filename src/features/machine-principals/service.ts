@@ -65,7 +65,7 @@ interface Deps {
   tuples: TupleRecorder
 }
 
-/** Service accounts (spec 2.7, 5.3): client credentials for backends, no organization. */
+/** Service accounts: client credentials for backends, no organization. */
 export class ServiceAccounts {
   readonly #deps: Deps
   // Active state by id, so a disabled account's tokens stop working within the cache TTL.
@@ -149,7 +149,7 @@ export class ServiceAccounts {
 
 type CachedKey = Pick<ApiKeyRow, 'id' | 'organization_id' | 'scopes' | 'expires_at' | 'revoked_at'>
 
-/** API keys (spec 2.6, 5.4): organization-scoped credentials for integrations. */
+/** API keys: organization-scoped credentials for integrations. */
 export class ApiKeys {
   readonly #deps: Deps
   readonly #byHash = new LRUCache<string, CachedKey | 'none'>({ max: 50_000, ttl: CREDENTIAL_CACHE_TTL_MS })
@@ -243,7 +243,7 @@ export class ApiKeys {
   }
 
   /**
-   * The principal of a presented key, or null without saying why (spec 5.4 rule 2): no prefix,
+   * The principal of a presented key, or null without saying why: no prefix,
    * unknown, revoked and expired all look the same to the caller.
    */
   async resolve(rawKey: string): Promise<ApiKeyPrincipal | null> {

@@ -16,13 +16,14 @@ import {
   upsertConfigEntry,
 } from './config-repository.ts'
 
-// Per-organization configuration that changes at runtime (spec 2.11, 4.4; decisions 5).
+// Per-organization configuration that changes at runtime.
 //
-// Each public operation is one transaction (spec 4.4). Domain code reads values through
-// `getValue`, served from an in-process cache of each organization's entries. Every write sends a
+// Each public operation is one transaction (the large-text value column needs one on a
+// production-grade database). Domain code reads values through `getValue`, served from an
+// in-process cache of each organization's entries. Every write sends a
 // NOTIFY on ORGANIZATION_CONFIG_CHANNEL with the organization id, inside its transaction, so every
 // instance on the database (this one included) drops that organization's entries when the write
-// commits (decisions 6: a change on one instance is seen by the others at once).
+// commits (a change on one instance is seen by the others at once).
 //
 // The cache is only trusted while the notifications flow: it stays empty until the listener is up,
 // and is emptied and bypassed from the moment the LISTEN connection is lost until it is back. A

@@ -33,7 +33,7 @@ export const ConfigEntry = Type.Object(
   {
     $id: 'ConfigEntry',
     title: 'ConfigEntry',
-    description: 'A configuration entry of the organization (spec 2.11)',
+    description: 'A configuration entry of the organization',
   },
 )
 

@@ -1,4 +1,4 @@
-// The permission check of spec 4.2: answers whether the caller has a relation on an object.
+// The permission check (POST /api/authz/check): answers whether the caller has a relation on an object.
 // It never answers 403 for a denied permission: denied is `{allowed: false}`.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'

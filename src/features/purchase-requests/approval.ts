@@ -17,7 +17,7 @@ export const approvalTemplate: MailTemplate<{ title: string; link?: string }> = 
       : html`<p>Your purchase request <strong>${d.title}</strong> was approved.</p>`,
 }
 
-/** The organization key holding the subject of the purchase-request approval email (spec 2.11). */
+/** The organization key holding the subject of the purchase-request approval email. */
 export const APPROVAL_EMAIL_SUBJECT_KEY = 'purchase_request.approval_email_subject'
 
 /**
@@ -33,7 +33,7 @@ export function approvalEmailSubject(configured: string | undefined, title: stri
 
 /**
  * The send-time subject resolver of the approval email: read when the message is sent, so a
- * subject changed after the approval still applies (spec 6.1).
+ * subject changed after the approval still applies.
  */
 export function approvalSubjectResolver(config: {
   getValue(organizationId: string, key: string): Promise<string | undefined>

@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import type { PDFDocument, PDFFont, PDFPage } from 'pdf-lib'
 
-// The one-page PDF summary of a purchase request (spec 4.5, POST .../report). Rendering only: the
+// The one-page PDF summary of a purchase request (POST .../report). Rendering only: the
 // caller gathers the data (display names already resolved, times from the injected clock) and
 // stores the bytes.
 //

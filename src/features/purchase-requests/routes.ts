@@ -1,4 +1,4 @@
-// The example resource (spec 4.5): purchase requests with a workflow, audit history, keyset
+// The example resource: purchase requests with a workflow, audit history, keyset
 // paging, attachments through the generic file endpoints and a generated PDF report. This file is
 // the template for adding a resource (README, "Adding a resource").
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'

@@ -1,4 +1,4 @@
-// The purchase-request state machine, declared once as data (spec 3.1). Every move is validated
+// The purchase-request state machine, declared once as data. Every move is validated
 // against it; nothing else in the code knows which transitions exist.
 
 import type { PurchaseRequestStatus } from './tables.ts'

@@ -22,8 +22,8 @@ const before = (now: Date, seconds: number) => new Date(now.getTime() - seconds 
 
 /**
  * What may go from each table that grows with traffic, and after how long
- * (`platform.retention.*`). Kept for the configured window: revoked sessions (soft deletes, spec
- * 3.2) and delivered outbox rows, for audit and support; purchase-request audit rows are never
+ * (`platform.retention.*`). Kept for the configured window: revoked sessions (soft deletes)
+ * and delivered outbox rows, for audit and support; purchase-request audit rows are never
  * removed.
  */
 export function retentionRules(config: Config, deps: { store: ObjectStore }): RetentionRule[] {

@@ -23,7 +23,7 @@ export interface AuthenticatedUser {
 }
 
 /**
- * Extension point (spec 5.6): turns credentials into a user, or null. It may throw an AppError
+ * Extension point: turns credentials into a user, or null. It may throw an AppError
  * (ACCOUNT_LOCKED, OTP_REQUIRED, INVALID_OTP) for a more specific answer. A deployment with its
  * own user table supplies one through `buildApp(config, { authenticator })`.
  */
@@ -95,7 +95,7 @@ export class AccountAuthenticator implements CredentialAuthenticator {
   }
 }
 
-/** ACCOUNT_LOCKED with Retry-After: the seconds until the lock ends (decisions 7). */
+/** ACCOUNT_LOCKED with Retry-After: the seconds until the lock ends. */
 const locked = (until: Date, now: Date) =>
   new AppError('ACCOUNT_LOCKED', 'The account is temporarily locked after too many failed attempts', {
     headers: { 'retry-after': String(Math.max(1, Math.ceil((until.getTime() - now.getTime()) / 1000))) },

@@ -2,7 +2,7 @@ import type { FastifyReply } from 'fastify'
 import type { Config } from '../../config.ts'
 import type { IssuedSession } from './service.ts'
 
-// The session cookies of spec 5.1: both httpOnly; the refresh cookie is always SameSite=Lax and
+// The session cookies, access and refresh: both httpOnly; the refresh cookie is always SameSite=Lax and
 // scoped to /api/auth, so it is sent to the auth endpoints only.
 
 export const REFRESH_COOKIE_PATH = '/api/auth'

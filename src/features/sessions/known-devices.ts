@@ -1,7 +1,7 @@
 import { sql } from 'kysely'
 import type { Executor } from '../../db/schema.ts'
 
-// The devices an account has signed in from (spec 6 item 3): a device is the SHA-256 of the
+// The devices an account has signed in from, for the new-device notice: a device is the SHA-256 of the
 // User-Agent string as the browser sends it.
 
 /** Records a device; true when it had not been seen before for this account. */

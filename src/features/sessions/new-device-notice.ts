@@ -20,7 +20,7 @@ export interface LoginClient {
 }
 
 /**
- * The new-device notice (spec 6 item 3, opt-in with platform.auth.new-device-notice.enabled). A
+ * The new-device notice (opt-in with platform.auth.new-device-notice.enabled). A
  * device is the SHA-256 of the User-Agent string as the browser sends it (same browser, same OS,
  * same version = same device); the IP address is not part of it.
  */

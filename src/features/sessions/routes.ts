@@ -1,4 +1,4 @@
-// The user session endpoints of spec 4.1: login, refresh, logout, logout-all and session management.
+// The user session endpoints: login, refresh, logout, logout-all and session management.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { AppError, problemResponses } from '../../errors.ts'
 import { requireUser } from '../../principal.ts'
@@ -22,7 +22,7 @@ const sessionResponse = (session: IssuedSession) => ({
 })
 
 /**
- * A response that sets the session cookies (spec 3.1): the access cookie (path `/`) and the refresh
+ * A response that sets the session cookies: the access cookie (path `/`) and the refresh
  * cookie (path `/api/auth`), both httpOnly; clients never read them.
  */
 function withSessionCookies<T extends { description?: string }>(schema: T) {
@@ -50,7 +50,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
       config: {
         public: true,
         // Checked before any password hash is computed. The per-account limit counts every attempt;
-        // the per-IP one counts failures only, so an office behind one address can sign in (decisions 7).
+        // the per-IP one counts failures only, so an office behind one address can sign in.
         rateLimit: [
           { name: 'login:ip', by: 'ip', max: 'loginPerMinute', window: 'minute', failuresOnly: true },
           {

@@ -42,7 +42,7 @@ export interface SessionServiceDeps {
 const USER_AGENT_MAX = 512
 
 /**
- * A failure while rotating is not reuse (decisions 6): anything but a deliberate AppError answers
+ * A failure while rotating is not reuse: anything but a deliberate AppError answers
  * 503 and, the transaction having rolled back, leaves the session as it was.
  */
 async function unavailableOnFailure<T>(work: () => Promise<T>): Promise<T> {
@@ -61,8 +61,8 @@ const addSeconds = (date: Date, seconds: number) => new Date(date.getTime() + se
 const earliest = (a: Date, b: Date) => (a.getTime() <= b.getTime() ? a : b)
 
 /**
- * User sessions: one row per login, with a chain of single-use refresh tokens. Rotation is strict
- * (spec 3.2): presenting a rotated token again revokes the whole session. A session never outlives
+ * User sessions: one row per login, with a chain of single-use refresh tokens. Rotation is strict:
+ * presenting a rotated token again revokes the whole session. A session never outlives
  * `platform.auth.session.absolute-ttl` from its login, however often it is refreshed.
  */
 export class SessionService {
