@@ -193,7 +193,7 @@ export interface components {
         Empty: Record<string, never>;
         /**
          * FileRecord
-         * @description File record (spec 2.10)
+         * @description An uploaded file: its resource, name, type, size and state
          */
         FileRecord: {
             confirmedAt: string | null;
@@ -218,27 +218,6 @@ export interface components {
          * @description PENDING until confirmed; REJECTED over the size limit
          */
         FileStatus: "PENDING" | "CONFIRMED" | "REJECTED";
-        /**
-         * History
-         * @description The transitions of a purchase request, oldest first
-         */
-        History: {
-            items: components["schemas"]["HistoryEntry"][];
-        };
-        /**
-         * HistoryEntry
-         * @description One transition of a purchase request (an audit row)
-         */
-        HistoryEntry: {
-            action: string;
-            actorId: string;
-            /** @description DRAFT -submit-> SUBMITTED -approve-> APPROVED */
-            fromStatus: "DRAFT" | "SUBMITTED" | "APPROVED";
-            /** Format: date-time */
-            occurredAt: string;
-            /** @description DRAFT -submit-> SUBMITTED -approve-> APPROVED */
-            toStatus: "DRAFT" | "SUBMITTED" | "APPROVED";
-        };
         /**
          * InviteUserRequest
          * @description Who to invite, and with which role
@@ -289,6 +268,27 @@ export interface components {
             title: string;
             /** Format: date-time */
             updatedAt: string;
+        };
+        /**
+         * PurchaseRequestHistory
+         * @description The transitions of a purchase request, oldest first
+         */
+        PurchaseRequestHistory: {
+            items: components["schemas"]["PurchaseRequestHistoryEntry"][];
+        };
+        /**
+         * PurchaseRequestHistoryEntry
+         * @description One transition of a purchase request (an audit row)
+         */
+        PurchaseRequestHistoryEntry: {
+            action: string;
+            actorId: string;
+            /** @description DRAFT -submit-> SUBMITTED -approve-> APPROVED */
+            fromStatus: "DRAFT" | "SUBMITTED" | "APPROVED";
+            /** Format: date-time */
+            occurredAt: string;
+            /** @description DRAFT -submit-> SUBMITTED -approve-> APPROVED */
+            toStatus: "DRAFT" | "SUBMITTED" | "APPROVED";
         };
         /**
          * PurchaseRequestPage
@@ -731,7 +731,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["History"];
+                    "application/json": components["schemas"]["PurchaseRequestHistory"];
                 };
             };
             /** @description Invalid request */
@@ -810,7 +810,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description File record (spec 2.10) */
+            /** @description An uploaded file: its resource, name, type, size and state */
             201: {
                 headers: {
                     /** @description The path of the created resource */

@@ -74,13 +74,17 @@ export const HistoryEntry = Type.Object(
     occurredAt: DateTime,
   },
   {
-    $id: 'HistoryEntry',
-    title: 'HistoryEntry',
+    $id: 'PurchaseRequestHistoryEntry',
+    title: 'PurchaseRequestHistoryEntry',
     description: 'One transition of a purchase request (an audit row)',
   },
 )
 
 export const History = Type.Object(
   { items: Type.Array(Type.Ref(HistoryEntry)) },
-  { $id: 'History', title: 'History', description: 'The transitions of a purchase request, oldest first' },
+  {
+    $id: 'PurchaseRequestHistory',
+    title: 'PurchaseRequestHistory',
+    description: 'The transitions of a purchase request, oldest first',
+  },
 )
