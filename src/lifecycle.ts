@@ -1,34 +1,36 @@
 import { createServer as createNetServer } from 'node:net'
+import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
 
 const SHUTDOWN_GRACE_MS = 25_000
 
 /**
- * Listens and shuts down gracefully on SIGTERM/SIGINT: stop accepting, let in-flight requests
- * finish (new ones get 503 while closing), close pools through the onClose hooks, then exit.
+ * Listens, then closes the app (stop accepting, let in-flight requests finish while new ones get
+ * 503, close pools through the onClose hooks) before the process exits: with 0 on SIGTERM, SIGINT
+ * and the other termination signals, with 1 on an uncaught exception or an unhandled rejection, on
+ * a second signal or error while closing, or when closing outlasts the grace period.
  */
 export async function serve(app: FastifyInstance): Promise<string> {
   const address = await app.listen({ host: app.config.server.host, port: app.config.server.port })
-  let closing = false
-  const shutdown = (signal: string) => {
-    if (closing) return
-    closing = true
-    app.log.info({ signal }, 'shutting down')
-    const force = setTimeout(() => {
-      app.log.error('graceful shutdown timed out')
-      process.exit(1)
-    }, SHUTDOWN_GRACE_MS)
-    force.unref()
-    app.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        app.log.error({ err: error }, 'shutdown failed')
-        process.exit(1)
-      },
-    )
-  }
-  process.once('SIGTERM', () => shutdown('SIGTERM'))
-  process.once('SIGINT', () => shutdown('SIGINT'))
+  closeWithGrace(
+    {
+      delay: SHUTDOWN_GRACE_MS,
+      logger: app.log,
+      // A JS listener cannot run safely after a real fault of these: Node's default ends the process.
+      skip: ['SIGSEGV', 'SIGBUS', 'SIGFPE', 'SIGILL'],
+      onTimeout: () => app.log.error('graceful shutdown timed out'),
+    },
+    async (event) => {
+      const crashed = 'err' in event
+      if (crashed) app.log.fatal({ err: event.err }, 'uncaught error: shutting down')
+      else app.log.info({ signal: event.signal }, 'shutting down')
+      await app.close().catch((error: unknown) => {
+        throw new Error('shutdown failed', { cause: error })
+      })
+      // close-with-grace exits 0 unless the error is truthy: `Promise.reject()` crashed all the same.
+      if (crashed && !event.err) process.exit(1)
+    },
+  )
   return address
 }
 
