@@ -1,17 +1,28 @@
-import { describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { OpenFgaAuthorization } from '../src/authz/openfga.ts'
 import { authorizationContract } from './authz.contract.ts'
 import { ulid } from './helpers/fake-openfga.ts'
 import { realOpenFgaPorts } from './helpers/openfga.ts'
+import { type OpenFgaServer, openFgaAvailable, startOpenFga } from './helpers/openfga-server.ts'
 
-// The OpenFGA adapter against a real OpenFGA server: the shared authorization contract, run when
-// TEST_OPENFGA_API_URL (and TEST_OPENFGA_API_TOKEN, if the server wants one) points at a server;
-// each model under test gets a store of its own. Without a server, only the tests below that need
-// none run; the wire format and failure handling are covered against a fake in
-// authz.openfga-http.test.ts.
+// The OpenFGA adapter against a real OpenFGA server, the version compose.yaml pins
+// (npm run openfga:install), started for this file with the in-memory datastore: the shared
+// authorization contract, each model under test in a store of its own. TEST_OPENFGA_API_URL (and
+// TEST_OPENFGA_API_TOKEN) point it at a server of your own instead.
 
-const apiUrl = process.env.TEST_OPENFGA_API_URL
-if (apiUrl) authorizationContract('OpenFGA', realOpenFgaPorts(apiUrl, process.env.TEST_OPENFGA_API_TOKEN))
+let server: OpenFgaServer | undefined
+const ownServer = process.env.TEST_OPENFGA_API_URL
+if (ownServer || openFgaAvailable) {
+  if (!ownServer) {
+    beforeAll(async () => {
+      server = await startOpenFga()
+    }, 60_000)
+    afterAll(() => server?.stop())
+  }
+  authorizationContract('OpenFGA', async (dsl) =>
+    realOpenFgaPorts(ownServer ?? (server as OpenFgaServer).url, process.env.TEST_OPENFGA_API_TOKEN)(dsl),
+  )
+}
 
 describe('OpenFGA adapter configuration', () => {
   // Nothing listens here: construction must fail before any request is made.
