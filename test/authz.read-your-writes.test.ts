@@ -2,13 +2,14 @@ import { describe, expect, it } from 'vitest'
 import type { CheckRequest, TupleKey } from '../src/authz/port.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, newUser, signIn } from './helpers/accounts.ts'
 import { createTestApp } from './helpers/app.ts'
-import { SwitchablePort, switchableEmbeddedPort } from './helpers/authz.ts'
+import { SwitchablePort, switchableTestPort } from './helpers/authz.ts'
 import { createTestDatabase } from './helpers/database.ts'
 
 // Read-your-writes: with an authorization server (tuples go through the outbox), a create answers
 // without waiting for its tuple to be delivered, and the creator can still read what they created
 // at once: a check that would deny while a change about its subject or object is queued delivers
-// it first. Here the server is the embedded evaluator behind a port whose writes the test holds.
+// it first. Here the server is the adapter under test (the embedded evaluator, or OpenFGA with
+// TEST_AUTHZ=openfga) behind a port whose writes the test holds.
 
 /** A port whose writes wait until the test opens the gate. */
 class GatedPort extends SwitchablePort {
@@ -54,8 +55,8 @@ class LateAnswerPort extends GatedPort {
 describe('read-your-writes with an authorization server', () => {
   it('answers a create before its ownership tuple is delivered, and a read right after still succeeds', async () => {
     const database = await createTestDatabase()
-    const inner = await switchableEmbeddedPort(database.handle.db)
-    const port = new GatedPort(inner.inner)
+    const inner = await switchableTestPort(database.handle.db)
+    const port = new LateAnswerPort(inner.inner)
     const t = await createTestApp({ database, config: ACCOUNT_TEST_CONFIG, deps: { authorization: port } })
     try {
       const creator = await newUser(t.app)
@@ -76,10 +77,12 @@ describe('read-your-writes with an authorization server', () => {
       expect(port.delivered.some((change) => change.endsWith(`purchase_request:${id}`))).toBe(false)
       expect(await t.app.authz.outbox.pending()).toBe(1)
 
-      // The creator reads at once: the check finds the queued change and delivers it first.
-      const read = asUser(t.app, session, { method: 'GET', url: `/api/purchase-requests/${id}` })
-      port.open()
-      const answer = await read
+      // The creator reads at once: the check, answered no while the server still holds the write,
+      // finds the queued change and delivers it first. The server takes writes again only once that
+      // no is in, so the create's own delivery cannot land before the check is asked.
+      port.meanwhile = async () => port.open()
+      const answer = await asUser(t.app, session, { method: 'GET', url: `/api/purchase-requests/${id}` })
+      expect(port.meanwhile).toBeNull()
       expect(answer.statusCode, answer.body).toBe(200)
       expect(answer.json().id).toBe(id)
       expect(port.delivered).toContain(
@@ -98,13 +101,14 @@ describe('read-your-writes with an authorization server', () => {
     } finally {
       port.open()
       await t.close()
+      await port.close()
       await database.dispose()
     }
   })
 
   it('allows when the change is delivered between the check and its look at the queue', async () => {
     const database = await createTestDatabase()
-    const inner = await switchableEmbeddedPort(database.handle.db)
+    const inner = await switchableTestPort(database.handle.db)
     const port = new LateAnswerPort(inner.inner)
     const t = await createTestApp({
       database,
@@ -139,13 +143,14 @@ describe('read-your-writes with an authorization server', () => {
     } finally {
       port.open()
       await t.close()
+      await port.close()
       await database.dispose()
     }
   })
 
   it('keeps refusing while the server cannot take the change, and allows once it can', async () => {
     const database = await createTestDatabase()
-    const inner = await switchableEmbeddedPort(database.handle.db)
+    const inner = await switchableTestPort(database.handle.db)
     const t = await createTestApp({ database, config: ACCOUNT_TEST_CONFIG, deps: { authorization: inner } })
     try {
       const creator = await newUser(t.app)
@@ -165,6 +170,7 @@ describe('read-your-writes with an authorization server', () => {
       expect((await asUser(t.app, session, { method: 'GET', url })).statusCode).toBe(200)
     } finally {
       await t.close()
+      await inner.close()
       await database.dispose()
     }
   })

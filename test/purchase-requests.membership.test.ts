@@ -4,6 +4,7 @@ import { AuthorizationUnavailableError } from '../src/authz/port.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, expectProblem, newActor, type Session } from './helpers/accounts.ts'
 import { type TestApp, useTestApp } from './helpers/app.ts'
 import { useAuthzTestApp } from './helpers/authz.ts'
+import { testAuthzAdapter } from './helpers/authz-adapter.ts'
 
 // A member removed from the organization keeps a valid access token until it expires; from the
 // removal on, the purchase-request reads answer 403 ACCESS_DENIED. Both ways a read meets its
@@ -12,7 +13,9 @@ import { useAuthzTestApp } from './helpers/authz.ts'
 
 describe.each<[string, () => TestApp]>([
   [
-    'the embedded evaluator (read and check in one statement)',
+    testAuthzAdapter === 'embedded'
+      ? 'the embedded evaluator (read and check in one statement)'
+      : 'OpenFGA as configured (read, then check)',
     () => useTestApp({ config: ACCOUNT_TEST_CONFIG }),
   ],
   ['a port that is only asked (read, then check)', () => useAuthzTestApp()],

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { CheckRequest } from '../src/authz/port.ts'
 import { ACCOUNT_TEST_CONFIG, type Actor, asUser, newActor, newUser } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
-import { SwitchablePort, switchableEmbeddedPort } from './helpers/authz.ts'
+import { SwitchablePort, switchableTestPort } from './helpers/authz.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 
 // What one report costs does not grow with its history: the accounts named in it are read in one
@@ -44,7 +44,7 @@ const counter = new StatementCounter()
 
 beforeAll(async () => {
   database = await createTestDatabase()
-  port = new CountingPort((await switchableEmbeddedPort(database.handle.db)).inner)
+  port = new CountingPort((await switchableTestPort(database.handle.db)).inner)
   t = await createTestApp({
     database: { ...database, handle: { ...database.handle, db: database.handle.db.withPlugin(counter) } },
     config: ACCOUNT_TEST_CONFIG,
@@ -54,6 +54,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await t?.close()
+  await port?.close()
   await database?.dispose()
 })
 

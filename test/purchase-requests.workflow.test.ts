@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { LightMyRequestResponse } from 'fastify'
-import { describe, expect, it } from 'vitest'
-import { EmbeddedAuthorization } from '../src/authz/embedded.ts'
+import { afterAll, describe, expect, it } from 'vitest'
 import type { AuthorizationPort, CheckRequest, TupleKey } from '../src/authz/port.ts'
 import type { Role } from '../src/db/schema.ts'
 import {
@@ -15,13 +14,14 @@ import {
   UUID,
   useMailTestApp,
 } from './helpers/accounts.ts'
+import { testAuthorizationPort } from './helpers/authz-adapter.ts'
 
 // The purchase-request workflow over HTTP: create, submit and approve with their
 // audit rows, the approval email over real SMTP, invalid moves, title validation, who may move a
 // request, and two approvals racing for one request.
 
 /**
- * The embedded evaluator behind a gate: while armed, `can_edit` checks on one object wait until
+ * The adapter under test behind a gate: while armed, `can_edit` checks on one object wait until
  * `expected` of them are waiting, then all go on. A move reads the request before it checks
  * `can_edit`, so a full gate proves both racers read the same status before either wrote.
  */
@@ -53,16 +53,19 @@ class GatedPort implements AuthorizationPort {
     return this.#port().ready()
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    await this.inner?.close()
+  }
 }
 
 const port = new GatedPort()
 const t = useMailTestApp({
   deps: { authorization: port },
-  configure: (app) => {
-    port.inner = new EmbeddedAuthorization(app.db, app.authz.model)
+  configure: async (app) => {
+    port.inner = await testAuthorizationPort(app.db)
   },
 })
+afterAll(() => port.close())
 
 const actor = (options: { organizationId?: string; role?: Role } = {}) => newActor(t.app, options)
 

@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import {
   ClientWriteRequestOnDuplicateWrites,
   ClientWriteRequestOnMissingDeletes,
+  ConsistencyPreference,
   CredentialsMethod,
   FgaApiError,
   FgaApiInternalError,
@@ -114,7 +115,12 @@ function describeFailure(error: unknown): string {
   if (error instanceof FgaApiError) {
     const code = (error as FgaApiError & { apiErrorCode?: string }).apiErrorCode
     const detail = error.apiErrorMessage ?? code
-    return `HTTP ${error.statusCode ?? '?'}${detail ? ` (${detail})` : ''}`
+    // OpenFGA says "missing bearer token" or "unauthenticated"; either way the operator's fix is the token.
+    const credentials =
+      error.statusCode === 401 || error.statusCode === 403
+        ? ': not authenticated, check platform.authz.openfga.api-token'
+        : ''
+    return `HTTP ${error.statusCode ?? '?'}${detail ? ` (${detail})` : ''}${credentials}`
   }
   return error instanceof Error ? error.message : String(error)
 }
@@ -223,7 +229,9 @@ export class OpenFgaAuthorization implements AuthorizationPort {
 
   async check(request: CheckRequest): Promise<boolean> {
     const { user, relation, object } = request
-    const response = await this.#call('check', () => this.#client.check({ user, relation, object }))
+    // HIGHER_CONSISTENCY skips the server's check query and iterator caches, when it has them on.
+    const options = request.fresh ? { consistency: ConsistencyPreference.HigherConsistency } : {}
+    const response = await this.#call('check', () => this.#client.check({ user, relation, object }, options))
     return response.allowed === true
   }
 

@@ -81,13 +81,14 @@ export function createPermissions(
   /**
    * A no may predate a delivery that finished while it was asked: once the queue has been looked
    * at, every change committed before that look is either still queued (delivered now) or at the
-   * server, so the question asked again after the look sees it. What cannot be delivered now (the
-   * server is down) stays queued, and the answer stays no.
+   * server, so the question asked again after the look sees it, provided it is answered from the
+   * tuples and not from the server's cache of the first answer (fresh). What cannot be delivered now
+   * (the server is down) stays queued, and the answer stays no.
    */
   async function askAfterQueue(subject: string, relation: string, object: string): Promise<boolean> {
     if (!pending) return false
     if (await pending.waiting(subject, object)) await pending.deliver()
-    return ask(subject, relation, object)
+    return ask(subject, relation, object, true)
   }
 
   async function checkWithRead<Row extends object>(
@@ -111,8 +112,8 @@ export function createPermissions(
     return { allowed: await askAfterQueue(subject, relation, object), rows: answer.rows }
   }
 
-  function ask(subject: string, relation: string, object: string): Promise<boolean> {
-    return answered(() => port.check({ user: subject, relation, object }))
+  function ask(subject: string, relation: string, object: string, fresh = false): Promise<boolean> {
+    return answered(() => port.check({ user: subject, relation, object, fresh }))
   }
 
   /**

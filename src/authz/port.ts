@@ -10,7 +10,14 @@ export interface TupleKey {
   object: string
 }
 
-export type CheckRequest = TupleKey
+export interface CheckRequest extends TupleKey {
+  /**
+   * Answer from the tuples as they are now, past any cache of the server's (OpenFGA's check caches
+   * answer from what they saw up to their TTL ago). For a question asked again right after a change
+   * it depends on was delivered; it costs the server more than a plain check.
+   */
+  fresh?: boolean | undefined
+}
 
 export interface AuthorizationPort {
   /** Whether `user` has `relation` on `object` under the model. */

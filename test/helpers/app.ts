@@ -5,6 +5,7 @@ import { afterAll, beforeAll, onTestFinished } from 'vitest'
 import { type AppDependencies, buildApp } from '../../src/app.ts'
 import type { Clock } from '../../src/clock.ts'
 import { type Config, ConfigError, type ConfigSource, loadConfig } from '../../src/config.ts'
+import { authzConfigFor } from './authz-adapter.ts'
 import { TestClock } from './clock.ts'
 import { checkRepliesAgainstDocument } from './contract.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
@@ -66,12 +67,18 @@ export interface TestAppOptions {
 /** A ready app on its own database, for `inject`. Call close() when done. */
 export async function createTestApp(options: TestAppOptions = {}): Promise<TestApp> {
   const database = options.database ?? (await createTestDatabase())
+  // The adapter under test (TEST_AUTHZ), unless the test brings a port or an OpenFGA server of its own.
+  const authz =
+    options.deps?.authorization || options.config?.['platform.authz.openfga.api-url']
+      ? {}
+      : await authzConfigFor(database)
   // Every app needs an object store: an embedded S3 server of its own, unless the test gives one.
   const s3 =
     options.config?.['platform.storage.s3.endpoint'] || options.deps?.objectStore ? null : await startTestS3()
   const config = testConfig({
     'platform.datasource.migrate-on-start': 'false',
     ...s3?.config,
+    ...authz,
     ...options.config,
   })
   const clock = (options.clock as TestClock | undefined) ?? new TestClock()
@@ -125,6 +132,7 @@ export async function buildAppBeside(
         ...config,
       }),
       storage: t.config.storage,
+      authz: t.config.authz,
     },
     {
       ...deps,

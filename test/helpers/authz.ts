@@ -10,10 +10,12 @@ import { inTransaction } from '../../src/db/database.ts'
 import type { Database } from '../../src/db/schema.ts'
 import { ACCOUNT_TEST_CONFIG } from './accounts.ts'
 import { createTestApp, type TestApp, type TestAppOptions } from './app.ts'
+import { testAuthorizationPort } from './authz-adapter.ts'
 import { createTestDatabase, type TestDatabase } from './database.ts'
 
-// An authorization port tests can break: the embedded evaluator behind a proxy whose operations
-// throw a chosen error while it is set, and which records the tuple changes it delivered.
+// An authorization port tests can break: the adapter under test (the embedded evaluator, or OpenFGA
+// with TEST_AUTHZ=openfga) behind a proxy whose operations throw a chosen error while it is set, and
+// which records the tuple changes it delivered.
 
 export interface PortFailures {
   check?: Error | undefined
@@ -65,8 +67,13 @@ export async function switchableEmbeddedPort(db: Kysely<Database>): Promise<Swit
   return new SwitchablePort(new EmbeddedAuthorization(db, new ModelIndex(await loadModel())))
 }
 
+/** The adapter under test for an app on `db` (see authz-adapter.ts), behind a switchable proxy. */
+export async function switchableTestPort(db: Kysely<Database>): Promise<SwitchablePort> {
+  return new SwitchablePort(await testAuthorizationPort(db))
+}
+
 export interface AuthzTestApp extends TestApp {
-  /** The app's authorization port: the embedded evaluator, made to fail on demand. */
+  /** The app's authorization port: the adapter under test, made to fail on demand. */
   port: SwitchablePort
 }
 
@@ -75,9 +82,10 @@ export function useAuthzTestApp(options: Omit<TestAppOptions, 'database'> = {}):
   const holder = {} as AuthzTestApp
   let database: TestDatabase | undefined
   let t: TestApp | undefined
+  let port: SwitchablePort | undefined
   beforeAll(async () => {
     database = await createTestDatabase()
-    const port = await switchableEmbeddedPort(database.handle.db)
+    port = await switchableTestPort(database.handle.db)
     t = await createTestApp({
       ...options,
       database,
@@ -88,6 +96,7 @@ export function useAuthzTestApp(options: Omit<TestAppOptions, 'database'> = {}):
   })
   afterAll(async () => {
     await t?.close()
+    await port?.close()
     await database?.dispose()
   })
   return holder

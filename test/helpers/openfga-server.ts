@@ -22,6 +22,10 @@ export interface OpenFgaOptions {
   datastore?: 'memory' | { postgres: string }
   /** Require this preshared key as a bearer token. */
   presharedKey?: string
+  /** A fixed HTTP port (a restart on the same address); a free one otherwise. */
+  httpPort?: number
+  /** Further `openfga run` flags, such as `--check-query-cache-enabled`. */
+  flags?: string[]
 }
 
 /** The installed binary's path, or null when it is not installed ($OPENFGA_BIN overrides). */
@@ -64,7 +68,7 @@ export async function startOpenFga(options: OpenFgaOptions = {}): Promise<OpenFg
       ? ['--datastore-engine', 'memory']
       : ['--datastore-engine', 'postgres', '--datastore-uri', datastore.postgres]
   if (datastore !== 'memory') await runToEnd(binary, ['migrate', ...store])
-  const [http, grpc] = [await freePort(), await freePort()]
+  const [http, grpc] = [options.httpPort ?? (await freePort()), await freePort()]
   const authn = options.presharedKey
     ? ['--authn-method', 'preshared', '--authn-preshared-keys', options.presharedKey]
     : []
@@ -82,6 +86,7 @@ export async function startOpenFga(options: OpenFgaOptions = {}): Promise<OpenFg
       '--metrics-enabled=false',
       '--log-level',
       'warn',
+      ...(options.flags ?? []),
     ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   )
