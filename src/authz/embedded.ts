@@ -36,13 +36,17 @@ import { enqueueTupleChanges, outboxRowsOf, type TupleRecorder } from './tuples.
 // per (type, relation). Unions stop at the first allow, intersections at the first deny,
 // exclusions skip the subtraction when the base denies.
 //
-// Depth and cycles, as OpenFGA: a check that needs more than 25 nested resolutions fails (OpenFGA
-// answers `authorization_model_resolution_too_complex`; here ResolutionDepthExceededError, an
-// AuthorizationUnavailableError as the OpenFGA adapter maps it: the caller fails closed). A branch
-// that comes back to an object#relation still being resolved (group:a ∋ group:b#member ∋
-// group:a#member, or a parent loop) is a cycle: it answers false and the rest of the check goes on.
-// A false that depends on such a cut is not memoised beyond the cycle's own resolution, and an
-// exclusion whose subtraction was cut denies (it cannot prove the exclusion does not apply).
+// Depth and cycles, as OpenFGA: a check that follows more than 25 nested usersets and parents (a
+// computed userset does not count) fails (OpenFGA answers `authorization_model_resolution_too_complex`;
+// here ResolutionDepthExceededError, an AuthorizationUnavailableError as the OpenFGA adapter maps it:
+// the caller fails closed). A branch that comes back to an object#relation still being resolved
+// (group:a ∋ group:b#member ∋ group:a#member, or a parent loop) is a cycle: it answers false and the
+// rest of the check goes on. A false that depends on such a cut is not memoised beyond the cycle's
+// own resolution. As in OpenFGA's general resolution, a false that met a cycle anywhere carries it up
+// to the check's answer ("cycle detected"), and an exclusion whose subtraction met one denies: the
+// cycle leaves the subtraction undecided, even once it is closed inside it. Where OpenFGA takes its
+// recursive fast path instead (ModelIndex.recursiveFastPath), a false carries no cycle. And a relation
+// the user's type has no path to in the model is false without a lookup (OpenFGA's PathExists).
 
 /** OpenFGA's default resolution depth (OPENFGA_RESOLVE_NODE_LIMIT). */
 export const MAX_RESOLUTION_DEPTH = 25
@@ -53,7 +57,9 @@ const MAX_OBJECT_LENGTH = 256
 
 export class ResolutionDepthExceededError extends AuthorizationUnavailableError {
   constructor() {
-    super(`authorization resolution too complex: more than ${MAX_RESOLUTION_DEPTH} nested resolutions`)
+    super(
+      `authorization resolution too complex: more than ${MAX_RESOLUTION_DEPTH} nested usersets and parents`,
+    )
     this.name = 'ResolutionDepthExceededError'
   }
 }
@@ -95,14 +101,18 @@ interface Subject extends ObjectRef {
   relation: string
 }
 
-/** An answer, and the lowest path position of a cycle it depends on (Infinity: none). */
+/**
+ * An answer, the lowest path position of a cycle cut it depends on that is still open (Infinity:
+ * none), and whether a false met a cycle at all, closed or not.
+ */
 interface Outcome {
   allowed: boolean
   cycleAt: number
+  cycle: boolean
 }
 
-const ALLOWED: Outcome = { allowed: true, cycleAt: Number.POSITIVE_INFINITY }
-const DENIED: Outcome = { allowed: false, cycleAt: Number.POSITIVE_INFINITY }
+const ALLOWED: Outcome = { allowed: true, cycleAt: Number.POSITIVE_INFINITY, cycle: false }
+const DENIED: Outcome = { allowed: false, cycleAt: Number.POSITIVE_INFINITY, cycle: false }
 
 const quote = (value: unknown) => JSON.stringify(value)
 
@@ -191,19 +201,21 @@ function together(
 /** Union: allowed as soon as one branch allows; a depth error only counts when nothing allows. */
 async function anyOf(branches: Array<() => Promise<Outcome>>): Promise<Outcome> {
   let cycleAt = Number.POSITIVE_INFINITY
+  let cycle = false
   let failure: unknown
   for (const branch of branches) {
     try {
       const outcome = await branch()
       if (outcome.allowed) return ALLOWED
       cycleAt = Math.min(cycleAt, outcome.cycleAt)
+      cycle ||= outcome.cycle
     } catch (error) {
       if (!isDepthExceeded(error)) throw error
       failure ??= error
     }
   }
   if (failure) throw failure
-  return { allowed: false, cycleAt }
+  return { allowed: false, cycleAt, cycle }
 }
 
 /** Intersection: denied as soon as one branch denies; a depth error only counts when nothing denies. */
@@ -236,8 +248,8 @@ async function butNot(base: () => Promise<Outcome>, subtract: () => Promise<Outc
   const excluded = await subtract()
   if (excluded.allowed) return DENIED
   if (failure) throw failure
-  // A subtraction cut by a cycle proves nothing: deny rather than allow.
-  if (excluded.cycleAt !== Number.POSITIVE_INFINITY) return { allowed: false, cycleAt: excluded.cycleAt }
+  // A subtraction that met a cycle proves nothing: deny rather than allow.
+  if (excluded.cycle) return { allowed: false, cycleAt: excluded.cycleAt, cycle: true }
   return included ?? DENIED
 }
 
@@ -380,44 +392,65 @@ class Resolution {
   readonly #loader: TupleLoader
   readonly #user: Subject
   /** Answers of object#relation that depend on no cycle cut still open. */
-  readonly #settled = new Map<string, boolean>()
+  readonly #settled = new Map<string, Outcome>()
   readonly #directLookups = new Map<string, DirectLookup | null>()
+  /** The relations the user can be related to at all through the model, by its type or its type's wildcard. */
+  readonly #reachable: ReadonlyArray<ReadonlySet<string>>
 
   constructor(model: ModelIndex, loader: TupleLoader, user: Subject) {
     this.#model = model
     this.#loader = loader
     this.#user = user
+    this.#reachable = user.relation
+      ? [model.reachableFrom(`${user.type}#${user.relation}`)]
+      : [model.reachableFrom(user.type), model.reachableFrom(`${user.type}:*`)]
   }
 
   async check(object: ObjectRef, relation: string): Promise<boolean> {
-    const outcome = await this.#resolve(object, relation, new Map())
+    const outcome = await this.#resolve(object, relation, new Map(), 0)
     return outcome.allowed
   }
 
-  /** `path`: the object#relation pairs being resolved by this check, with their position. */
-  async #resolve(object: ObjectRef, relation: string, path: Map<string, number>): Promise<Outcome> {
+  /**
+   * `path`: the object#relation pairs being resolved by this check, with their position; `depth`: the
+   * usersets and parents followed to get here (a computed userset is none, as in OpenFGA).
+   */
+  async #resolve(
+    object: ObjectRef,
+    relation: string,
+    path: Map<string, number>,
+    depth: number,
+  ): Promise<Outcome> {
+    if (depth >= MAX_RESOLUTION_DEPTH) throw new ResolutionDepthExceededError()
     const key = `${object.type}:${object.id}#${relation}`
     const position = path.get(key)
-    if (position !== undefined) return { allowed: false, cycleAt: position }
+    if (position !== undefined) return { allowed: false, cycleAt: position, cycle: true }
     const settled = this.#settled.get(key)
-    if (settled !== undefined) return settled ? ALLOWED : DENIED
+    if (settled !== undefined) return settled
     const user = this.#user
     // A userset contains itself (OpenFGA: a self-defining tuple).
     if (user.relation === relation && user.type === object.type && user.id === object.id) return ALLOWED
     const rewrite = this.#model.relation(object.type, relation)
-    if (!rewrite) return DENIED
-    if (path.size >= MAX_RESOLUTION_DEPTH) throw new ResolutionDepthExceededError()
+    // As OpenFGA: no path from the user's type to the relation in the model, no need to look (and no
+    // cycle met on the way, which would make a subtraction deny).
+    const target = `${object.type}#${relation}`
+    if (!rewrite || !this.#reachable.some((reached) => reached.has(target))) return DENIED
     const index = path.size
     path.set(key, index)
     let outcome: Outcome
     try {
-      outcome = await this.#rewrite(object, relation, rewrite, path)
+      outcome = await this.#rewrite(object, relation, rewrite, path, depth)
     } finally {
       path.delete(key)
     }
+    // OpenFGA's recursive fast path, where it takes one, answers without "cycle detected".
+    if (outcome.cycle && !user.relation && this.#model.recursiveFastPath(object.type, relation, user.type)) {
+      outcome = { ...outcome, cycle: false }
+    }
     if (outcome.cycleAt < index) return outcome
-    this.#settled.set(key, outcome.allowed)
-    return outcome.allowed ? ALLOWED : DENIED
+    const answer = { ...outcome, cycleAt: Number.POSITIVE_INFINITY }
+    this.#settled.set(key, answer)
+    return answer
   }
 
   #rewrite(
@@ -425,15 +458,18 @@ class Resolution {
     relation: string,
     rewrite: Userset,
     path: Map<string, number>,
+    depth: number,
   ): Promise<Outcome> {
-    if ('this' in rewrite) return this.#direct(object, relation, path)
-    if ('computedUserset' in rewrite) return this.#resolve(object, rewrite.computedUserset.relation, path)
+    if ('this' in rewrite) return this.#direct(object, relation, path, depth)
+    if ('computedUserset' in rewrite) {
+      return this.#resolve(object, rewrite.computedUserset.relation, path, depth)
+    }
     if ('tupleToUserset' in rewrite) {
       const { tupleset, computedUserset } = rewrite.tupleToUserset
-      return this.#fromParents(object, tupleset.relation, computedUserset.relation, path)
+      return this.#fromParents(object, tupleset.relation, computedUserset.relation, path, depth)
     }
     const branch = (child: Userset) => (own: Map<string, number>) =>
-      this.#rewrite(object, relation, child, own)
+      this.#rewrite(object, relation, child, own, depth)
     if ('union' in rewrite) return anyOf(together(rewrite.union.child.map(branch), path))
     if ('intersection' in rewrite) return allOf(together(rewrite.intersection.child.map(branch), path))
     const [base, subtract] = together(
@@ -468,7 +504,12 @@ class Resolution {
     return lookup
   }
 
-  async #direct(object: ObjectRef, relation: string, path: Map<string, number>): Promise<Outcome> {
+  async #direct(
+    object: ObjectRef,
+    relation: string,
+    path: Map<string, number>,
+    depth: number,
+  ): Promise<Outcome> {
     const lookup = this.#directLookup(object.type, relation)
     if (!lookup) return DENIED
     const rows = await this.#loader.load(lookup, object.id)
@@ -485,7 +526,7 @@ class Resolution {
       // Tuples the model no longer admits (written under an older model) are ignored, as OpenFGA does.
       if (subject.relation && admits(types, subject)) usersets.push(subject)
     }
-    return anyOf(usersets.map((subject) => () => this.#resolve(subject, subject.relation, path)))
+    return anyOf(usersets.map((subject) => () => this.#resolve(subject, subject.relation, path, depth + 1)))
   }
 
   async #fromParents(
@@ -493,6 +534,7 @@ class Resolution {
     tupleset: string,
     relation: string,
     path: Map<string, number>,
+    depth: number,
   ): Promise<Outcome> {
     const user = this.#user
     const rows = await this.#loader.load(
@@ -516,7 +558,7 @@ class Resolution {
         (parent) =>
           parent.id !== '*' && admits(types, parent) && this.#model.hasRelation(parent.type, relation),
       )
-    return anyOf(parents.map((parent) => () => this.#resolve(parent, relation, path)))
+    return anyOf(parents.map((parent) => () => this.#resolve(parent, relation, path, depth + 1)))
   }
 }
 
@@ -713,6 +755,16 @@ function tupleRow(tuple: TupleKey): TupleRow {
 export function writableTuple(model: ModelIndex, tuple: TupleKey): TupleRow {
   const row = tupleRow(tuple)
   requireRelation(model, row.object_type, row.relation)
+  // A userset contains itself without a tuple: OpenFGA refuses to write `group:a#member member group:a`.
+  if (
+    row.subject_relation === row.relation &&
+    row.subject_type === row.object_type &&
+    row.subject_id === row.object_id
+  ) {
+    throw new AuthorizationRequestError(
+      `${quote(tuple.user)} ${row.relation} ${quote(tuple.object)} is implicit: it cannot be written`,
+    )
+  }
   const subject = modelSubject(model, tuple.user)
   const types = model.directlyRelated(row.object_type, row.relation)
   if (admits(types, subject)) return row
