@@ -87,32 +87,23 @@ describe.runIf(openFgaAvailable)('the CLI beside a service on OpenFGA', { timeou
     if (dataDir) await rm(dataDir, { recursive: true, force: true })
   })
 
-  it('creates a user whose membership is at OpenFGA when the command returns, who signs in and reads', async () => {
-    const created = await cli(
-      [
-        'user',
-        'create',
-        '--org',
-        organizationId,
-        '--email',
-        'beside-openfga@example.com',
-        '--role',
-        'member',
-        '--password-stdin',
-      ],
-      'a long enough passphrase\n',
+  /** `user create` of a member of the organization, its password on stdin. */
+  const createMember = (email: string, password: string) =>
+    cli(
+      ['user', 'create', '--org', organizationId, '--email', email, '--role', 'member', '--password-stdin'],
+      `${password}\n`,
     )
+
+  /** Asked of OpenFGA itself, not through the service (whose checks deliver a queued change first). */
+  const memberAtOpenFga = (subject: string) =>
+    port?.check({ user: subject, relation: 'member', object: `organization:${organizationId}` })
+
+  it('creates a user whose membership is at OpenFGA when the command returns, who signs in and reads', async () => {
+    const created = await createMember('beside-openfga@example.com', 'a long enough passphrase')
     expect(created.stderr).toBe('')
     expect(created.code).toBe(0)
     const { userId } = JSON.parse(created.stdout)
-    // Asked of OpenFGA itself, not through the service (whose checks deliver a queued change first).
-    expect(
-      await port?.check({
-        user: `user:${userId}`,
-        relation: 'member',
-        object: `organization:${organizationId}`,
-      }),
-    ).toBe(true)
+    expect(await memberAtOpenFga(`user:${userId}`)).toBe(true)
 
     const cookie = await signIn('beside-openfga@example.com', 'a long enough passphrase')
     const list = await call({ cookie }, 'GET', '/api/purchase-requests')
@@ -133,13 +124,7 @@ describe.runIf(openFgaAvailable)('the CLI beside a service on OpenFGA', { timeou
     expect(created.stderr).toBe('')
     expect(created.code).toBe(0)
     const { id, rawKey } = JSON.parse(created.stdout)
-    expect(
-      await port?.check({
-        user: `api_key:${id}`,
-        relation: 'member',
-        object: `organization:${organizationId}`,
-      }),
-    ).toBe(true)
+    expect(await memberAtOpenFga(`api_key:${id}`)).toBe(true)
 
     const headers = { 'x-api-key': rawKey }
     expect((await call(headers, 'GET', '/api/purchase-requests')).status).toBe(200)
@@ -151,20 +136,7 @@ describe.runIf(openFgaAvailable)('the CLI beside a service on OpenFGA', { timeou
   })
 
   it("answers 200 to a creator's read right after each create", async () => {
-    const created = await cli(
-      [
-        'user',
-        'create',
-        '--org',
-        organizationId,
-        '--email',
-        'creator-openfga@example.com',
-        '--role',
-        'member',
-        '--password-stdin',
-      ],
-      'another long passphrase\n',
-    )
+    const created = await createMember('creator-openfga@example.com', 'another long passphrase')
     expect(created.code).toBe(0)
     const cookie = await signIn('creator-openfga@example.com', 'another long passphrase')
     for (let i = 0; i < 10; i++) {
