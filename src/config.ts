@@ -10,8 +10,8 @@ import { Value } from '@sinclair/typebox/value'
 const PARSE = 'x-parse'
 type ParseKind = 'duration' | 'size'
 
-const Duration = (defaultText: string) =>
-  Type.Integer({ minimum: 1, default: parseDuration(defaultText), [PARSE]: 'duration' })
+const Duration = (defaultText: string, bounds: { minimum?: number; maximum?: number } = {}) =>
+  Type.Integer({ minimum: 1, ...bounds, default: parseDuration(defaultText), [PARSE]: 'duration' })
 const Size = (defaultText: string) =>
   Type.Integer({ minimum: 1, default: parseSize(defaultText), [PARSE]: 'size' })
 const Text = (defaultValue: string) => Type.String({ minLength: 1, default: defaultValue })
@@ -56,6 +56,17 @@ export const ConfigSchema = Type.Object({
       accessTokenTtl: Duration('12m'),
     }),
     refreshToken: Type.Object({ ttl: Duration('30d') }),
+    /**
+     * `0s`: strict rotation, a rotated refresh token presented again is reuse. Longer: a rotated
+     * token presented again within this time, while its successor is still unused, gets a new
+     * successor instead (a lost response, a reload mid-refresh). At most 5 minutes.
+     */
+    refresh: Type.Object({ reuseGrace: Duration('0s', { minimum: 0, maximum: 300 }) }),
+    /**
+     * How long an instance trusts a looked-up API key, service account or session state when no
+     * revocation notification reaches it (they are pushed to every instance through NOTIFY).
+     */
+    revocation: Type.Object({ fallbackTtl: Duration('10s') }),
     session: Type.Object({ absoluteTtl: Duration('90d') }),
     /** Each allowance counts one kind of request; windows are fixed (a minute, an hour). */
     rateLimit: Type.Object({

@@ -7,7 +7,7 @@ import { type Config, ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
 import { EmbeddedDatabaseBusyError, holderAddress, serveHeld, tryLock, unlock } from './embedded-holder.ts'
 import { FifoLock } from './fifo-lock.ts'
-import { listenPostgres } from './notifications.ts'
+import { postgresNotifications } from './notifications.ts'
 import type { Database, Tx } from './schema.ts'
 
 export interface PoolStats {
@@ -124,22 +124,15 @@ export function openPostgres(url: string, options: PostgresOptions = {}): Databa
     client.on('error', (error) => options.onIdleError?.(error))
   })
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
-  const listeners = new Set<() => Promise<void>>()
+  // One LISTEN connection for all channels, opened by the first subscriber.
+  const notifications = postgresNotifications(url, (error) => options.onIdleError?.(error))
   return {
     db,
     kind: 'postgres',
     stats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max }),
-    listen: async (channel, onMessage) => {
-      const stop = await listenPostgres(url, channel, onMessage, (error) => options.onIdleError?.(error))
-      const unlisten = async () => {
-        listeners.delete(unlisten)
-        await stop()
-      }
-      listeners.add(unlisten)
-      return unlisten
-    },
+    listen: (channel, onMessage) => notifications.listen(channel, onMessage),
     close: async () => {
-      await Promise.all([...listeners].map((unlisten) => unlisten()))
+      await notifications.close()
       await db.destroy()
     },
   }

@@ -25,21 +25,37 @@ const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`
 const RECONNECT_MIN_MS = 100
 const RECONNECT_MAX_MS = 5_000
 
+type Subscriber = (payload: string) => void
+
+/** The process's notifications from PostgreSQL: `listen` subscribes to a channel, `close` ends all. */
+export interface PostgresNotifications {
+  listen(channel: string, onMessage: Subscriber): Promise<() => Promise<void>>
+  close(): Promise<void>
+}
+
 /**
- * LISTEN on a dedicated connection, outside the pool: a pooled connection would be handed to
- * queries and recycled. After the connection fails it reconnects with back-off, forever.
+ * One LISTEN connection for every channel of the process, outside the pool: a pooled connection
+ * would be handed to queries and recycled. It opens with the first subscription and closes with
+ * the last. When it fails, every subscriber of every channel receives LISTEN_LOST, and it
+ * reconnects with back-off, forever, listening again to every channel before each subscriber
+ * receives LISTEN_RESET. Subscribing, unsubscribing and reconnecting run one at a time.
  */
-export async function listenPostgres(
-  url: string,
-  channel: string,
-  onMessage: (payload: string) => void,
-  onError: (error: Error) => void,
-): Promise<() => Promise<void>> {
+export function postgresNotifications(url: string, onError: (error: Error) => void): PostgresNotifications {
+  const channels = new Map<string, Set<Subscriber>>()
   let current: pg.Client | null = null
-  let listening = false
+  let up = false
   let stopped = false
   let retry: NodeJS.Timeout | undefined
   let delay = RECONNECT_MIN_MS
+  let queue: Promise<unknown> = Promise.resolve()
+  const serially = <T>(work: () => Promise<T>): Promise<T> => {
+    const result = queue.then(work)
+    queue = result.catch(() => {})
+    return result
+  }
+  const broadcast = (signal: string) => {
+    for (const subscribers of channels.values()) for (const subscriber of subscribers) subscriber(signal)
+  }
 
   const drop = (client: pg.Client, error: Error) => {
     if (current !== client) return
@@ -47,9 +63,9 @@ export async function listenPostgres(
     client.removeAllListeners('notification')
     client.end().catch(() => {})
     // While (re)connecting the opener handles the failure; afterwards it is reported here.
-    if (!listening) return
-    listening = false
-    onMessage(LISTEN_LOST)
+    if (!up) return
+    up = false
+    broadcast(LISTEN_LOST)
     if (stopped) return
     onError(error)
     reconnectLater()
@@ -65,55 +81,104 @@ export async function listenPostgres(
     })
     current = client
     client.on('notification', (message) => {
-      if (message.channel === channel) onMessage(message.payload ?? '')
+      const subscribers = channels.get(message.channel)
+      if (subscribers) for (const subscriber of subscribers) subscriber(message.payload ?? '')
     })
     client.on('error', (error) => drop(client, error))
     client.on('end', () => drop(client, new Error('The LISTEN connection ended')))
     try {
       await client.connect()
-      await client.query(`listen ${quoteIdent(channel)}`)
+      await client.query([...channels.keys()].map((channel) => `listen ${quoteIdent(channel)}`).join(';'))
     } catch (error) {
       drop(client, error as Error)
       throw error
     }
     if (current !== client) throw new Error('The LISTEN connection ended')
-    listening = true
+    up = true
   }
 
   const reconnectLater = () => {
-    retry = setTimeout(async () => {
-      retry = undefined
-      if (stopped) return
-      try {
-        await open()
-        delay = RECONNECT_MIN_MS
-        onMessage(LISTEN_RESET)
-      } catch (error) {
-        if (stopped) return
-        onError(error as Error)
-        reconnectLater()
-      }
-    }, delay)
+    if (retry || stopped) return
+    retry = setTimeout(
+      () =>
+        void serially(async () => {
+          retry = undefined
+          if (stopped || channels.size === 0 || current) return
+          try {
+            await open()
+            delay = RECONNECT_MIN_MS
+            broadcast(LISTEN_RESET)
+          } catch (error) {
+            if (stopped) return
+            onError(error as Error)
+            reconnectLater()
+          }
+        }),
+      delay,
+    )
     retry.unref()
     delay = Math.min(delay * 2, RECONNECT_MAX_MS)
   }
 
-  try {
-    await open()
-  } catch (error) {
-    // A database that is down at start-up must not stop the service: listen as soon as it is back,
-    // and until then report the channel as lost, so caches are bypassed.
-    onMessage(LISTEN_LOST)
-    onError(error as Error)
-    reconnectLater()
-  }
-  return async () => {
-    stopped = true
-    clearTimeout(retry)
-    listening = false
-    const client = current
-    current = null
-    await client?.end().catch(() => {})
+  const unsubscribe = (channel: string, onMessage: Subscriber) =>
+    serially(async () => {
+      const subscribers = channels.get(channel)
+      if (!subscribers?.delete(onMessage) || subscribers.size > 0) return
+      channels.delete(channel)
+      const client = current
+      if (channels.size > 0) {
+        if (up && client) await client.query(`unlisten ${quoteIdent(channel)}`).catch(() => {})
+        return
+      }
+      // The last subscriber is gone: so is the connection, until somebody subscribes again.
+      clearTimeout(retry)
+      retry = undefined
+      up = false
+      current = null
+      await client?.end().catch(() => {})
+    })
+
+  return {
+    listen: (channel, onMessage) =>
+      serially(async () => {
+        if (stopped) throw new Error('The notifications are closed')
+        let subscribers = channels.get(channel)
+        const fresh = subscribers === undefined
+        if (!subscribers) {
+          subscribers = new Set()
+          channels.set(channel, subscribers)
+        }
+        subscribers.add(onMessage)
+        if (up && current) {
+          // A failure here is the connection's: its error handler reports it and reconnects.
+          if (fresh) await current.query(`listen ${quoteIdent(channel)}`).catch(() => {})
+        } else if (!current && !retry) {
+          try {
+            await open()
+          } catch (error) {
+            // A database that is down at start-up must not stop the service: listen as soon as it
+            // is back, and until then report the channel as lost, so caches are bypassed.
+            broadcast(LISTEN_LOST)
+            onError(error as Error)
+            reconnectLater()
+          }
+        } else {
+          // Reconnecting: this subscriber misses notifications until LISTEN_RESET.
+          onMessage(LISTEN_LOST)
+        }
+        return () => unsubscribe(channel, onMessage)
+      }),
+    close: () =>
+      serially(async () => {
+        stopped = true
+        clearTimeout(retry)
+        retry = undefined
+        up = false
+        channels.clear()
+        const client = current
+        current = null
+        await client?.end().catch(() => {})
+      }),
   }
 }
 

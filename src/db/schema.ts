@@ -52,6 +52,8 @@ export interface SessionTable {
 export interface RefreshTokenTable {
   id: Generated<string>
   session_id: string
+  /** The token this one succeeded; null for the session's first. */
+  parent_id: string | null
   token_hash: string
   created_at: Timestamp
   expires_at: Timestamp

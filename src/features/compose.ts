@@ -5,13 +5,19 @@ import type { Permissions } from '../authz/permissions.ts'
 import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import { type Config, jwtSecrets } from '../config.ts'
-import type { DatabaseHandle } from '../db/database.ts'
+import { type DatabaseHandle, inTransaction } from '../db/database.ts'
 import { LISTEN_LOST, LISTEN_RESET } from '../db/notifications.ts'
 import type { Database } from '../db/schema.ts'
 import { EventBus } from '../events.ts'
 import type { SealedMailData } from '../mail/outbox.ts'
 import type { MailTemplates } from '../mail/templates.ts'
 import { hashParameters, PasswordHasher } from '../security/passwords.ts'
+import {
+  parseRevocation,
+  publishRevocation,
+  REVOCATION_CHANNEL,
+  type RevocationListener,
+} from '../security/revocation.ts'
 import { SecretBox } from '../security/secret-box.ts'
 import { AccessTokens } from '../security/tokens.ts'
 import type { ObjectStore } from '../storage/port.ts'
@@ -33,6 +39,7 @@ import {
   type CredentialAuthenticator,
   endUserSessions,
   NewDeviceNotice,
+  SessionGate,
   SessionService,
   type SessionVersionProvider,
 } from './sessions/index.ts'
@@ -68,8 +75,11 @@ export interface Services {
   events: EventBus
   /** The credential check of login: the built-in one below, or a deployment's own. */
   authenticator: CredentialAuthenticator
-  /** Enforces the `ver` claim of user access tokens, when enabled or supplied. */
-  sessionVersions: SessionVersionProvider | null
+  /**
+   * With session versions (enabled or supplied): whether a user access token's session is still
+   * live and its `ver` current. Null: user access tokens are valid until they expire.
+   */
+  sessionGate: SessionGate | null
   sessions: SessionService
   serviceAccounts: ServiceAccounts
   apiKeys: ApiKeys
@@ -103,6 +113,13 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   const builtInVersions = config.auth.sessionVersion.enabled ? accountSessionVersions(db) : null
   const sessionVersions = extensions.sessionVersionProvider ?? builtInVersions
   const sessions = new SessionService({ db, clock, config, tokens, events, versions: sessionVersions })
+  const sessionGate = sessionVersions
+    ? new SessionGate({
+        db,
+        ttlMs: config.auth.revocation.fallbackTtl * 1000,
+        provider: extensions.sessionVersionProvider ?? null,
+      })
+    : null
   const otp = new OtpService({
     db,
     clock,
@@ -163,14 +180,25 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
 
   // Bindings between features.
   if (builtInVersions)
-    events.on('UserSessionsRevokedEvent', ({ userId }) => incrementSessionVersion(db, userId))
+    events.on('UserSessionsRevokedEvent', ({ userId }) =>
+      inTransaction(db, async (trx) => {
+        await incrementSessionVersion(trx, userId)
+        await publishRevocation(trx, { kind: 'user', id: userId })
+      }),
+    )
+  // Whatever holds credentials' state drops what a revocation names, on every instance.
+  const revocationListeners: RevocationListener[] = [
+    apiKeys,
+    serviceAccounts,
+    ...(sessionGate ? [sessionGate] : []),
+  ]
 
   const services: Services = {
     tokens,
     passwords,
     events,
     authenticator: extensions.authenticator ?? accountAuthenticator,
-    sessionVersions,
+    sessionGate,
     sessions,
     serviceAccounts,
     apiKeys,
@@ -188,6 +216,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     apiKeys.flushLastUse().catch((error: unknown) => log.warn({ err: error }, 'recording API key use failed'))
   let flushTimer: NodeJS.Timeout | undefined
   let unlisten: (() => Promise<void>) | undefined
+  let unlistenRevocations: (() => Promise<void>) | undefined
 
   return {
     services,
@@ -201,11 +230,23 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
         orgConfig.applyNotification(payload)
       })
       orgConfig.setListening(true)
+      unlistenRevocations = await ports.database.listen(REVOCATION_CHANNEL, (payload) => {
+        if (payload === LISTEN_LOST || payload === LISTEN_RESET) {
+          // Revocations may have been missed: nothing cached is trusted any more.
+          for (const listener of revocationListeners) listener.clear()
+          if (payload === LISTEN_LOST) log.warn('revocation notifications lost; credential caches cleared')
+          else log.info('revocation notifications resumed; credential caches cleared')
+          return
+        }
+        const revocation = parseRevocation(payload)
+        if (revocation) for (const listener of revocationListeners) listener.revoked(revocation)
+      })
     },
     async stop() {
       clearInterval(flushTimer)
       orgConfig.setListening(false)
       await unlisten?.()
+      await unlistenRevocations?.()
       await flushLastUse()
     },
   }

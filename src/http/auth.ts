@@ -31,7 +31,7 @@ declare module 'fastify' {
 
 async function authPlugin(app: FastifyInstance) {
   const { config } = app
-  const { tokens, apiKeys, serviceAccounts, sessionVersions: versions } = app.services
+  const { tokens, apiKeys, serviceAccounts, sessionGate } = app.services
   app.decorateRequest('principal', null)
 
   const accessCookie = config.auth.cookie.accessTokenName
@@ -42,10 +42,7 @@ async function authPlugin(app: FastifyInstance) {
     if (!token) return null
     const claims = tokens.verifyUserToken(token)
     if (!claims) return null
-    if (versions) {
-      const current = await versions.currentVersion(claims.sub)
-      if (current !== null && current !== claims.ver) return null
-    }
+    if (sessionGate && !(await sessionGate.admits(claims))) return null
     return {
       type: 'USER',
       id: claims.sub,

@@ -1,6 +1,5 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import type { Kysely } from 'kysely'
-import { LRUCache } from 'lru-cache'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
@@ -9,6 +8,12 @@ import type { Database } from '../../db/schema.ts'
 import { AppError, validationFailed } from '../../errors.ts'
 import type { ApiKeyPrincipal, ServiceAccountPrincipal } from '../../principal.ts'
 import { isScope, SCOPES } from '../../scopes.ts'
+import {
+  publishRevocation,
+  RevocableCache,
+  type Revocation,
+  type RevocationListener,
+} from '../../security/revocation.ts'
 import type { AccessTokens, IssuedToken } from '../../security/tokens.ts'
 import { sha256 } from '../../security/tokens.ts'
 import { findOrganization } from '../organizations/index.ts'
@@ -26,12 +31,6 @@ import {
   revokeApiKey,
 } from './repository.ts'
 
-/**
- * How long a looked-up API key or service account is trusted without asking the database again.
- * A revocation made on another instance (or by the CLI) takes effect within this time; on the
- * instance that revokes, at once.
- */
-export const CREDENTIAL_CACHE_TTL_MS = 10_000
 /** How often the last use of API keys is written (one batch, never a write per request). */
 export const LAST_USE_FLUSH_MS = 60_000
 
@@ -65,18 +64,28 @@ interface Deps {
   tuples: TupleRecorder
 }
 
-/** Service accounts: client credentials for backends, no organization. */
-export class ServiceAccounts {
+const cacheTtlMs = (config: Config) => config.auth.revocation.fallbackTtl * 1000
+
+/**
+ * Service accounts: client credentials for backends, no organization. Their active state is cached
+ * by id; disabling one is pushed to every instance (src/security/revocation.ts).
+ */
+export class ServiceAccounts implements RevocationListener {
   readonly #deps: Deps
-  // Active state by id, so a disabled account's tokens stop working within the cache TTL.
-  readonly #active = new LRUCache<string, { active: boolean; scopes: string[]; clientId: string }>({
-    max: 10_000,
-    ttl: CREDENTIAL_CACHE_TTL_MS,
-  })
+  readonly #active: RevocableCache<{ active: boolean; scopes: string[]; clientId: string }>
   readonly #dummyHash = sha256(randomBytes(32).toString('hex'))
 
   constructor(deps: Deps) {
     this.#deps = deps
+    this.#active = new RevocableCache({ max: 10_000, ttlMs: cacheTtlMs(deps.config) })
+  }
+
+  revoked(revocation: Revocation): void {
+    if (revocation.kind === 'service_account') this.#active.delete(revocation.id)
+  }
+
+  clear(): void {
+    this.#active.clear()
   }
 
   async create(input: { clientId: string; description: string; scopes: string[] }) {
@@ -103,7 +112,11 @@ export class ServiceAccounts {
   }
 
   async disable(clientId: string) {
-    const row = await disableServiceAccount(this.#deps.db, clientId, this.#deps.clock.now())
+    const row = await inTransaction(this.#deps.db, async (trx) => {
+      const disabled = await disableServiceAccount(trx, clientId, this.#deps.clock.now())
+      if (disabled) await publishRevocation(trx, { kind: 'service_account', id: disabled.id })
+      return disabled
+    })
     if (!row) throw new AppError('NOT_FOUND', 'No such service account')
     this.#active.delete(row.id)
     return { id: row.id, clientId: row.client_id, disabledAt: row.disabled_at?.toISOString() ?? null }
@@ -127,12 +140,10 @@ export class ServiceAccounts {
   async resolveBearer(token: string): Promise<ServiceAccountPrincipal | null> {
     const claims = this.#deps.tokens.verifyServiceToken(token)
     if (!claims) return null
-    let state = this.#active.get(claims.sub)
-    if (!state) {
+    const state = await this.#active.load(claims.sub, async () => {
       const row = await findServiceAccount(this.#deps.db, claims.sub)
-      state = { active: row?.active ?? false, scopes: row?.scopes ?? [], clientId: row?.client_id ?? '' }
-      this.#active.set(claims.sub, state)
-    }
+      return { active: row?.active ?? false, scopes: row?.scopes ?? [], clientId: row?.client_id ?? '' }
+    })
     if (!state.active) return null
     // The token's scopes, narrowed to what the account holds now.
     const scopes = claims.scope.split(' ').filter((s) => state.scopes.includes(s))
@@ -149,14 +160,26 @@ export class ServiceAccounts {
 
 type CachedKey = Pick<ApiKeyRow, 'id' | 'organization_id' | 'scopes' | 'expires_at' | 'revoked_at'>
 
-/** API keys: organization-scoped credentials for integrations. */
-export class ApiKeys {
+/**
+ * API keys: organization-scoped credentials for integrations. Looked-up keys are cached by hash;
+ * a revocation is pushed to every instance (src/security/revocation.ts).
+ */
+export class ApiKeys implements RevocationListener {
   readonly #deps: Deps
-  readonly #byHash = new LRUCache<string, CachedKey | 'none'>({ max: 50_000, ttl: CREDENTIAL_CACHE_TTL_MS })
+  readonly #byHash: RevocableCache<CachedKey | 'none'>
   readonly #lastUse = new Map<string, Date>()
 
   constructor(deps: Deps) {
     this.#deps = deps
+    this.#byHash = new RevocableCache({ max: 50_000, ttlMs: cacheTtlMs(deps.config) })
+  }
+
+  revoked(revocation: Revocation): void {
+    if (revocation.kind === 'api_key') this.#byHash.delete(revocation.keyHash)
+  }
+
+  clear(): void {
+    this.#byHash.clear()
   }
 
   /** Tuples that place an API key in the authorization model (see fga-model.fga). */
@@ -215,6 +238,7 @@ export class ApiKeys {
       const revoked = await revokeApiKey(trx, id, now)
       // Revoking again is idempotent: same answer, and the tuple deletes are not queued twice.
       if (!revoked) return findApiKey(trx, id)
+      await publishRevocation(trx, { kind: 'api_key', keyHash: revoked.key_hash })
       const tuples = ApiKeys.tuples({ id, organizationId: revoked.organization_id, scopes: revoked.scopes })
       await this.#deps.tuples.record(
         trx,
@@ -250,10 +274,9 @@ export class ApiKeys {
     const { db, clock, config } = this.#deps
     if (!rawKey.startsWith(config.auth.apiKey.prefix) || rawKey.length > 256) return null
     const hash = sha256(rawKey)
-    let key = this.#byHash.get(hash)
-    if (key === undefined) {
+    const key = await this.#byHash.load(hash, async () => {
       const row = await findApiKeyByHash(db, hash)
-      key = row
+      return row
         ? {
             id: row.id,
             organization_id: row.organization_id,
@@ -262,8 +285,7 @@ export class ApiKeys {
             revoked_at: row.revoked_at,
           }
         : 'none'
-      this.#byHash.set(hash, key)
-    }
+    })
     if (key === 'none' || key.revoked_at) return null
     const now = clock.now()
     if (key.expires_at && key.expires_at <= now) return null

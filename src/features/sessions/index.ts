@@ -8,9 +8,13 @@ import sessionRoutes from './routes.ts'
 export { AccountAuthenticator, type CredentialAuthenticator } from './authentication.ts'
 export { NewDeviceNotice } from './new-device-notice.ts'
 export { SessionService } from './service.ts'
+export { SessionGate } from './session-gate.ts'
 export { accountSessionVersions, type SessionVersionProvider } from './session-version.ts'
 
-/** Ends every active session of an account, in the caller's transaction. */
+/**
+ * Ends every active session of an account, in the caller's transaction, and announces it to every
+ * instance (also when none was active: the caller may have changed the account itself).
+ */
 export function endUserSessions(trx: Tx, userId: string, now: Date, reason: string): Promise<string[]> {
   return revokeSessions(trx, { userId }, now, reason)
 }

@@ -1,5 +1,6 @@
 import { type Selectable, sql } from 'kysely'
 import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../../db/schema.ts'
+import { publishRevocation } from '../../security/revocation.ts'
 
 export type SessionRow = Selectable<SessionTable>
 export type RefreshTokenRow = Selectable<RefreshTokenTable>
@@ -74,16 +75,63 @@ export async function rotateRefreshToken(
       from sessions s
       where t.token_hash = ${tokenHash} and t.rotated_at is null and t.revoked_at is null
         and t.expires_at > ${now} and s.id = t.session_id and s.revoked_at is null and s.expires_at > ${now}
-      returning s.*, least(${now}::timestamptz + make_interval(secs => ${ttlSeconds}), s.expires_at) as refresh_expires_at
+      returning s.*, t.id as claimed_token_id,
+        least(${now}::timestamptz + make_interval(secs => ${ttlSeconds}), s.expires_at) as refresh_expires_at
     ), successor as (
-      insert into refresh_tokens (session_id, token_hash, created_at, expires_at)
-      select id, ${nextHash}, ${now}, refresh_expires_at from claimed
+      insert into refresh_tokens (session_id, parent_id, token_hash, created_at, expires_at)
+      select id, claimed_token_id, ${nextHash}, ${now}, refresh_expires_at from claimed
       returning session_id
     ), touched as (
       update sessions set last_used_at = ${now} where id in (select session_id from successor)
     )
     select * from claimed`.execute(db)
   return rows[0]
+}
+
+/**
+ * The refresh reuse grace, in one statement: a rotated token presented again is accepted when the
+ * session's live token is its child or its sibling (an unused successor issued for the same parent),
+ * that parent was rotated less than `graceSeconds` ago, and the session is live. The live token is
+ * then retired (marked rotated, never to be accepted again after the grace) and a new successor of
+ * the same parent takes its place, so exactly one token of the session stays live. Once the live
+ * token has been used itself, its parent and siblings no longer match: presenting them is reuse.
+ * `session` is undefined when nothing was rotated; `candidates` > 0 then means a concurrent
+ * rotation took the live token first, and the statement is worth running again.
+ */
+export async function rotateWithinGrace(
+  db: Executor,
+  rotation: { tokenHash: string; nextHash: string; now: Date; ttlSeconds: number; graceSeconds: number },
+): Promise<{ session: (SessionRow & { refresh_expires_at: Date }) | undefined; candidates: number }> {
+  const { tokenHash, nextHash, now, ttlSeconds, graceSeconds } = rotation
+  const { rows } = await sql<SessionRow & { refresh_expires_at: Date; candidates: number }>`
+    with presented as (
+      select p.id, p.parent_id, p.session_id from refresh_tokens p
+      where p.token_hash = ${tokenHash} and p.rotated_at is not null and p.revoked_at is null
+    ), live as (
+      select l.id from presented p
+      join refresh_tokens l on l.session_id = p.session_id
+        and l.rotated_at is null and l.revoked_at is null and l.expires_at > ${now}
+        and (l.parent_id = p.id or l.parent_id = p.parent_id)
+      join refresh_tokens a on a.id = l.parent_id
+        and a.rotated_at > ${now}::timestamptz - make_interval(secs => ${graceSeconds})
+    ), retired as (
+      update refresh_tokens t set rotated_at = ${now}
+      from live, sessions s
+      where t.id = live.id and t.rotated_at is null and t.revoked_at is null
+        and s.id = t.session_id and s.revoked_at is null and s.expires_at > ${now}
+      returning s.*, t.parent_id as anchor_id,
+        least(${now}::timestamptz + make_interval(secs => ${ttlSeconds}), s.expires_at) as refresh_expires_at
+    ), successor as (
+      insert into refresh_tokens (session_id, parent_id, token_hash, created_at, expires_at)
+      select id, anchor_id, ${nextHash}, ${now}, refresh_expires_at from retired
+      returning session_id
+    ), touched as (
+      update sessions set last_used_at = ${now} where id in (select session_id from successor)
+    )
+    select retired.*, (select count(*) from live)::int as candidates
+    from (values (1)) as one left join retired on true`.execute(db)
+  const row = rows[0]
+  return { session: row?.id ? row : undefined, candidates: row?.candidates ?? 0 }
 }
 
 export function findRefreshToken(db: Executor, tokenHash: string): Promise<RefreshTokenRow | undefined> {
@@ -94,7 +142,10 @@ export function findSession(db: Executor, id: string): Promise<SessionRow | unde
   return db.selectFrom('sessions').selectAll().where('id', '=', id).executeTakeFirst()
 }
 
-/** Revokes sessions (and all their refresh tokens) that are still active; returns their ids. */
+/**
+ * Revokes sessions (and all their refresh tokens) that are still active and announces it to every
+ * instance (a user's sessions as the user, one session by its id); returns their ids.
+ */
 export async function revokeSessions(
   db: Tx,
   where: { sessionId?: string; userId?: string },
@@ -116,7 +167,9 @@ export async function revokeSessions(
       .where('session_id', 'in', ids)
       .where('revoked_at', 'is', null)
       .execute()
+    if (where.sessionId) await publishRevocation(db, { kind: 'session', id: where.sessionId })
   }
+  if (!where.sessionId && where.userId) await publishRevocation(db, { kind: 'user', id: where.userId })
   return ids
 }
 
@@ -141,4 +194,21 @@ export function listActiveSessions(
     .where('refresh_tokens.expires_at', '>', now)
     .orderBy('sessions.created_at', 'desc')
     .execute()
+}
+
+/**
+ * What decides whether a session's access tokens are still accepted: its user, whether it was
+ * revoked and the user's session version (null when the account is gone).
+ */
+export async function findSessionState(
+  db: Executor,
+  sessionId: string,
+): Promise<{ user_id: string; revoked: boolean; session_version: number | null } | undefined> {
+  return db
+    .selectFrom('sessions')
+    .leftJoin('accounts', 'accounts.id', 'sessions.user_id')
+    .select(['sessions.user_id', 'accounts.session_version'])
+    .select(sql<boolean>`sessions.revoked_at is not null`.as('revoked'))
+    .where('sessions.id', '=', sessionId)
+    .executeTakeFirst()
 }

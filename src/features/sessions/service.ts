@@ -13,6 +13,7 @@ import {
   listActiveSessions,
   revokeSessions,
   rotateRefreshToken,
+  rotateWithinGrace,
   type SessionRow,
 } from './repository.ts'
 import type { SessionVersionProvider } from './session-version.ts'
@@ -40,6 +41,8 @@ export interface SessionServiceDeps {
 }
 
 const USER_AGENT_MAX = 512
+/** How often a refresh within the reuse grace is tried again after concurrent ones took the live token. */
+const GRACE_ATTEMPTS = 16
 
 /**
  * A failure while rotating is not reuse: anything but a deliberate AppError answers
@@ -61,8 +64,11 @@ const addSeconds = (date: Date, seconds: number) => new Date(date.getTime() + se
 const earliest = (a: Date, b: Date) => (a.getTime() <= b.getTime() ? a : b)
 
 /**
- * User sessions: one row per login, with a chain of single-use refresh tokens. Rotation is strict:
- * presenting a rotated token again revokes the whole session. A session never outlives
+ * User sessions: one row per login, with a chain of single-use refresh tokens. Rotation is strict
+ * by default: presenting a rotated token again revokes the whole session. With
+ * `platform.auth.refresh.reuse-grace` set, a rotated token presented again within the grace, while
+ * its successor is unused, gets a new successor instead (src/features/sessions/repository.ts
+ * `rotateWithinGrace`). A session never outlives
  * `platform.auth.session.absolute-ttl` from its login, however often it is refreshed.
  */
 export class SessionService {
@@ -134,6 +140,21 @@ export class SessionService {
       }),
     )
     if (rotated) return this.#issued(rotated, next.raw, rotated.refresh_expires_at)
+    const graceSeconds = this.#deps.config.auth.refresh.reuseGrace
+    // Each lost attempt means a concurrent request rotated first; every one of them succeeds.
+    for (let attempt = 0; graceSeconds > 0 && attempt < GRACE_ATTEMPTS; attempt++) {
+      const { session, candidates } = await unavailableOnFailure(() =>
+        rotateWithinGrace(db, {
+          tokenHash,
+          nextHash: next.hash,
+          now,
+          ttlSeconds: this.#deps.config.auth.refreshToken.ttl,
+          graceSeconds,
+        }),
+      )
+      if (session) return this.#issued(session, next.raw, session.refresh_expires_at)
+      if (candidates === 0) break
+    }
     return this.#rejectUnclaimed(tokenHash, now)
   }
 

@@ -1,0 +1,96 @@
+import { LRUCache } from 'lru-cache'
+import { notify } from '../db/notifications.ts'
+import type { Tx } from '../db/schema.ts'
+import { isUuid } from '../uuid.ts'
+
+// Revocations pushed to every instance. Whatever ends access (an API key revoked, a service
+// account disabled, a session revoked, a user's sessions ended) is published with NOTIFY on
+// REVOCATION_CHANNEL inside the transaction that makes the change, so every instance hears of it
+// when, and only if, it commits; each instance's caches of credentials drop what it names. The
+// caches still expire on their own (`platform.auth.revocation.fallback-ttl`), which bounds how
+// stale an instance can be while its LISTEN connection is down; they are emptied when it is lost
+// and again when it is back.
+
+export const REVOCATION_CHANNEL = 'platform_revocation'
+
+export type Revocation =
+  /** An API key, named by the SHA-256 under which it is stored (what the key cache is keyed by). */
+  | { kind: 'api_key'; keyHash: string }
+  | { kind: 'service_account'; id: string }
+  | { kind: 'session'; id: string }
+  /** Everything of a user: all sessions, the session version, the account's state. */
+  | { kind: 'user'; id: string }
+
+const value = (revocation: Revocation) => (revocation.kind === 'api_key' ? revocation.keyHash : revocation.id)
+
+/** Announces a revocation from inside the transaction that makes it. */
+export function publishRevocation(trx: Tx, revocation: Revocation): Promise<void> {
+  return notify(trx, REVOCATION_CHANNEL, `${revocation.kind}:${value(revocation)}`)
+}
+
+/** The revocation a payload names, or null for anything malformed (it is ignored). */
+export function parseRevocation(payload: string): Revocation | null {
+  const colon = payload.indexOf(':')
+  const kind = payload.slice(0, colon)
+  const rest = payload.slice(colon + 1)
+  if (kind === 'api_key') return /^[0-9a-f]{64}$/.test(rest) ? { kind, keyHash: rest } : null
+  if (kind === 'service_account' || kind === 'session' || kind === 'user')
+    return isUuid(rest) ? { kind, id: rest } : null
+  return null
+}
+
+/** A holder of credentials' state in this process, told of every revocation. */
+export interface RevocationListener {
+  /** Drops what the revocation names. */
+  revoked(revocation: Revocation): void
+  /** Drops everything: notifications may have been missed. */
+  clear(): void
+}
+
+/**
+ * A cache of looked-up credential state that a revocation can empty. A value loaded while any
+ * entry was dropped is returned but not kept: the statement may have read the row just before the
+ * revoking transaction committed, and its notification may already have been applied.
+ */
+export class RevocableCache<V extends NonNullable<unknown>> {
+  readonly #entries: LRUCache<string, V>
+  #generation = 0
+
+  constructor(options: { max: number; ttlMs: number }) {
+    this.#entries = new LRUCache({ max: options.max, ttl: options.ttlMs })
+  }
+
+  get(key: string): V | undefined {
+    return this.#entries.get(key)
+  }
+
+  /** The cached value, or what `load` reads (kept unless a revocation arrived meanwhile). */
+  async load(key: string, load: () => Promise<V>): Promise<V> {
+    const cached = this.#entries.get(key)
+    if (cached !== undefined) return cached
+    const generation = this.#generation
+    const loaded = await load()
+    if (generation === this.#generation) this.#entries.set(key, loaded)
+    return loaded
+  }
+
+  delete(key: string): void {
+    this.#generation++
+    this.#entries.delete(key)
+  }
+
+  /** Drops every entry whose value matches. */
+  deleteWhere(matches: (value: V) => boolean): void {
+    this.#generation++
+    for (const [key, entry] of this.#entries.entries()) if (matches(entry)) this.#entries.delete(key)
+  }
+
+  clear(): void {
+    this.#generation++
+    this.#entries.clear()
+  }
+
+  get size(): number {
+    return this.#entries.size
+  }
+}
