@@ -54,10 +54,7 @@ const scoped = (app: FastifyInstance, headers: Record<string, string>) =>
   app.inject({ method: 'GET', url: '/api/test/scoped', headers })
 
 /** Asks B until it answers 401; any other answer but the cached 200 fails the test. */
-async function refusedOn(
-  b: FastifyInstance,
-  ask: (app: FastifyInstance) => ReturnType<FastifyInstance['inject']>,
-) {
+async function refusedOn(b: FastifyInstance, ask: (app: FastifyInstance) => Promise<{ statusCode: number }>) {
   const seen = new Set<number>()
   await pollUntil(
     'B refusing the revoked credential',

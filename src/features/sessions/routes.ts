@@ -94,7 +94,9 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary: 'Rotate the refresh token and issue a new access token; restores the session at start-up',
         description:
           'Each refresh token is single use. Presenting a rotated token again revokes its whole session ' +
-          '(401 REFRESH_TOKEN_REUSED). Clients serialise refreshes.',
+          '(401 REFRESH_TOKEN_REUSED), unless platform.auth.refresh.reuse-grace is set, the token was ' +
+          'rotated within it and its successor has not been used: then it gets a new successor. ' +
+          'Clients serialise refreshes.',
         response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429, 503) },
       },
     },
