@@ -1,13 +1,22 @@
-import { existsSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
 import path from 'node:path'
 import { Secret, TOTP } from 'otpauth'
-import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core'
+import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { freePort } from '../src/lifecycle.ts'
 import { SmtpTransport } from '../src/mail/transports.ts'
-import { ACCOUNT_TEST_CONFIG, deliverMail, mailsTo, newUser, type TestUser } from './helpers/accounts.ts'
+import { ACCOUNT_TEST_CONFIG, deliverMail, mailsTo, newUser } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
+import {
+  callThroughClient,
+  launchChromium,
+  type PagePlatform,
+  recordRefreshes,
+  recordRefreshRequests,
+  sessionHintOf,
+  signInThroughConsole,
+  stateOf,
+} from './helpers/browser.ts'
 import { TestClock } from './helpers/clock.ts'
 import { ownedResource } from './helpers/files.ts'
 import { startTestS3, type TestS3 } from './helpers/s3.ts'
@@ -18,7 +27,6 @@ import { TestSmtpServer } from './helpers/smtp.ts'
 // in a browser, with two tabs where it matters. Chromium: CHROMIUM_PATH, else Debian's
 // /usr/bin/chromium (.ci/run installs it). Screenshots go to test-results/browser/.
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 const SHOTS = path.resolve('test-results/browser')
 
 let t: TestApp
@@ -29,8 +37,6 @@ let browser: Browser
 let base: string
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM))
-    throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium, or set CHROMIUM_PATH`)
   const port = await freePort()
   base = `http://localhost:${port}`
   s3 = await startTestS3({ allowedOrigins: [base] })
@@ -47,18 +53,7 @@ beforeAll(async () => {
     deps: { console: true, mailTransport: transport },
   })
   await t.app.listen({ port, host: '127.0.0.1' })
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  })
+  browser = await launchChromium()
   await mkdir(SHOTS, { recursive: true })
 }, 60_000)
 
@@ -70,57 +65,13 @@ afterAll(async () => {
   await smtp?.close()
 })
 
-/** What the tests use of the page's client (client/src/index.ts), as seen from inside the page. */
-interface PagePlatform {
-  api: {
-    GET(path: string, init?: object): Promise<{ response: { status: number }; data: { downloadUrl: string } }>
-  }
-  refresh(): Promise<boolean>
-  upload(options: object): Promise<{ id: string; status: string; sizeBytes: number; fileName: string }>
-}
-
-/** Every POST /api/auth/refresh the browser context sends, with its answer's code. */
-function recordRefreshes(context: BrowserContext) {
-  const answers: { status: number; code?: string }[] = []
-  context.on('response', async (response) => {
-    if (!response.url().endsWith('/api/auth/refresh')) return
-    const body = await response.json().catch(() => ({}))
-    answers.push({ status: response.status(), code: body.code })
-  })
-  return answers
-}
-
-async function signInThroughConsole(page: Page, user: TestUser) {
-  await page.goto(base)
-  await page.getByLabel('Email').first().fill(user.email)
-  await page.getByLabel('Password').fill(user.password)
-  await page.getByRole('button', { name: 'Sign in' }).click()
-  await expect.poll(() => page.locator('#who').textContent()).toContain('Signed in')
-}
-
-/** Calls GET /api/auth/sessions through the page's typed client; returns the status. */
-const callThroughClient = (page: Page) =>
-  page.evaluate(async () => {
-    const { platform } = (globalThis as unknown as { platformConsole: { platform: PagePlatform } })
-      .platformConsole
-    const result = await platform.api.GET('/api/auth/sessions')
-    return result.response.status as number
-  })
-
-const stateOf = (page: Page) =>
-  page.evaluate(
-    () =>
-      (globalThis as unknown as { platformConsole: { platform: { state: { status: string } } } })
-        .platformConsole.platform.state.status,
-  )
-
 describe('in Chromium', () => {
   it('signs in with cookies page scripts cannot read, and restores the session on reload with one refresh', async () => {
     const context = await browser.newContext()
     const refreshes = recordRefreshes(context)
     const page = await context.newPage()
     const user = await newUser(t.app, { role: 'admin' })
-    await signInThroughConsole(page, user)
+    await signInThroughConsole(page, base, user)
     expect(await page.evaluate('document.cookie')).toBe('')
     const cookies = await context.cookies()
     expect(cookies.find((c) => c.name === 'access_token')).toMatchObject({ httpOnly: true })
@@ -129,6 +80,8 @@ describe('in Chromium', () => {
       path: '/api/auth',
     })
     await page.screenshot({ path: path.join(SHOTS, 'signed-in.png'), fullPage: true })
+    // The sign of a session that makes the next page's restoreSession() ask the service.
+    expect(await sessionHintOf(page)).not.toBeNull()
 
     refreshes.length = 0
     await page.reload()
@@ -137,11 +90,26 @@ describe('in Chromium', () => {
     await context.close()
   })
 
+  it('forgets the session at logout: the next page is signed out without sending a refresh', async () => {
+    const context = await browser.newContext()
+    const refreshRequests = recordRefreshRequests(context)
+    const page = await context.newPage()
+    await signInThroughConsole(page, base, await newUser(t.app))
+    await page.getByRole('button', { name: 'Log out', exact: true }).click()
+    await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
+    expect(await sessionHintOf(page)).toBeNull()
+    await page.reload()
+    await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
+    expect(await stateOf(page)).toBe('signed-out')
+    expect(refreshRequests).toEqual([])
+    await context.close()
+  })
+
   it('refreshes an expired access token and retries the call without the user noticing', async () => {
     const context = await browser.newContext()
     const refreshes = recordRefreshes(context)
     const page = await context.newPage()
-    await signInThroughConsole(page, await newUser(t.app))
+    await signInThroughConsole(page, base, await newUser(t.app))
     refreshes.length = 0
     t.clock.advanceSeconds(13 * 60) // past the 12-minute access token
     expect(await callThroughClient(page)).toBe(200)
@@ -154,7 +122,7 @@ describe('in Chromium', () => {
     const context = await browser.newContext()
     const refreshes = recordRefreshes(context)
     const first = await context.newPage()
-    await signInThroughConsole(first, await newUser(t.app))
+    await signInThroughConsole(first, base, await newUser(t.app))
     const second = await context.newPage()
     await second.goto(base)
     await expect.poll(() => second.locator('#who').textContent()).toContain('Signed in')
@@ -182,7 +150,7 @@ describe('in Chromium', () => {
   it('signs out both tabs when one of them detects a reused refresh token', async () => {
     const context = await browser.newContext()
     const first = await context.newPage()
-    await signInThroughConsole(first, await newUser(t.app))
+    await signInThroughConsole(first, base, await newUser(t.app))
     const second = await context.newPage()
     await second.goto(base)
     await expect.poll(() => second.locator('#who').textContent()).toContain('Signed in')
@@ -212,7 +180,7 @@ describe('in Chromium', () => {
     const page = await context.newPage()
     const user = await newUser(t.app, { role: 'admin' })
     const resourceId = await ownedResource(t.app, user.organizationId)
-    await signInThroughConsole(page, user)
+    await signInThroughConsole(page, base, user)
     const puts: string[] = []
     context.on('request', (request) => {
       if (request.method() === 'PUT') puts.push(new URL(request.url()).origin)
@@ -256,7 +224,7 @@ describe('in Chromium', () => {
     const context = await browser.newContext()
     const page = await context.newPage()
     const user = await newUser(t.app, { role: 'admin' })
-    await signInThroughConsole(page, user)
+    await signInThroughConsole(page, base, user)
     await page.getByLabel('Title').fill('New laptops')
     await page.getByRole('button', { name: 'Create' }).click()
     await expect.poll(() => page.locator('#pr-detail-title').textContent()).toContain('New laptops (DRAFT)')
@@ -284,7 +252,7 @@ describe('in Chromium', () => {
     const context = await browser.newContext()
     const page = await context.newPage()
     const user = await newUser(t.app)
-    await signInThroughConsole(page, user)
+    await signInThroughConsole(page, base, user)
     await page.getByRole('button', { name: 'Set up' }).click()
     await expect.poll(() => page.locator('#otp-qr svg').count()).toBe(1)
     const secret = ((await page.locator('#otp-secret').textContent()) ?? '').replace('Secret: ', '')
@@ -316,8 +284,8 @@ describe('in Chromium', () => {
     const phone = await browser.newContext({ userAgent: 'Phone browser' })
     const onLaptop = await laptop.newPage()
     const onPhone = await phone.newPage()
-    await signInThroughConsole(onPhone, user)
-    await signInThroughConsole(onLaptop, user)
+    await signInThroughConsole(onPhone, base, user)
+    await signInThroughConsole(onLaptop, base, user)
     await expect.poll(() => onLaptop.locator('#sessions tr').count()).toBe(2)
     await expect.poll(() => onLaptop.locator('#sessions').textContent()).toContain('Phone browser')
     await onLaptop.screenshot({ path: path.join(SHOTS, 'sessions.png'), fullPage: true })
@@ -326,8 +294,15 @@ describe('in Chromium', () => {
       .getByRole('button', { name: 'Revoke' })
       .click()
     await expect.poll(() => onLaptop.locator('#sessions tr').count()).toBe(1)
+    const phoneRefreshes = recordRefreshRequests(phone)
     await onPhone.reload()
     await expect.poll(() => onPhone.locator('#who').textContent()).toBe('Signed out')
+    expect(phoneRefreshes).toHaveLength(1)
+    // The refused refresh removed the sign of a session: the phone's next page asks nothing.
+    expect(await sessionHintOf(onPhone)).toBeNull()
+    await onPhone.reload()
+    await expect.poll(() => onPhone.locator('#who').textContent()).toBe('Signed out')
+    expect(phoneRefreshes).toHaveLength(1)
     await laptop.close()
     await phone.close()
   })

@@ -3,11 +3,12 @@ import type { components, paths } from './schema.ts'
 
 // The platform's browser client: the calls are generated from /v3/api-docs (./schema.ts, through
 // openapi-fetch); this layer adds what the service asks of a browser client:
-// - restoreSession(): one refresh at start-up; failure means signed out;
+// - restoreSession(): one refresh at start-up, none when this browser's storage shows no session;
+//   failure means signed out;
 // - a 401 on any call but login and refresh: refresh once, retry once, then report;
 // - refreshes single-flight within a tab and serialised across tabs with the Web Locks API, with a
 //   BroadcastChannel telling the other tabs the outcome, so no two tabs ever present one refresh
-//   cookie (rotation is strict: that would revoke the session);
+//   cookie (with the service's default, strict rotation, that would revoke the session);
 // - uploads: initiate, PUT straight to the store with progress, confirm (one retry on
 //   UPLOAD_NOT_FOUND after 400 ms);
 // - errors as PlatformError carrying the catalogue's `code`.
@@ -78,7 +79,13 @@ export interface PlatformClient {
    */
   readonly fetch: (request: Request) => Promise<Response>
   readonly state: SessionState
-  /** One refresh at start-up: signed in if the refresh cookie still holds a session. */
+  /**
+   * One refresh at start-up: signed in if the refresh cookie still holds a session. Sends nothing
+   * when localStorage holds no `${name}:refreshed-at` (written by login() and every refresh, removed
+   * by logout() and by a refresh the service refuses): the state becomes signed out ('no-session'),
+   * so a signed-out visitor's page makes no request. A page that signs in without this client (a form
+   * posted straight to /api/auth/login) calls refresh() instead, which always asks the service.
+   */
   restoreSession(): Promise<SessionState>
   login(body: Schemas['LoginRequest']): Promise<SessionResponse>
   logout(): Promise<void>
@@ -119,14 +126,25 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
     else setState({ status: 'signed-out', reason: message.reason })
   })
 
+  // The tabs' shared record of the last sign-in or refresh, also the sign that this browser holds
+  // a session at all (restoreSession). Reading it throws where the browser refuses site data.
+  const storage = (): Storage | undefined => {
+    try {
+      return globalThis.localStorage ?? undefined
+    } catch {
+      return undefined
+    }
+  }
   const refreshedAt = (): number => {
-    const stored = Number(globalThis.localStorage?.getItem(refreshedAtKey) ?? 0)
+    const stored = Number(storage()?.getItem(refreshedAtKey) ?? 0)
     return Math.max(stored, lastRefreshInTab)
   }
   const markRefreshed = () => {
     lastRefreshInTab = Date.now()
-    globalThis.localStorage?.setItem(refreshedAtKey, String(lastRefreshInTab))
+    storage()?.setItem(refreshedAtKey, String(lastRefreshInTab))
   }
+  /** The session is over: the next page's restoreSession() asks nothing. */
+  const forgetSession = () => storage()?.removeItem(refreshedAtKey)
 
   /** Runs `task` holding the tabs' refresh lock (in this tab only when Web Locks are missing). */
   const exclusive = <T>(task: () => Promise<T>): Promise<T> => {
@@ -148,9 +166,11 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
     }
     const problem = (await response.json().catch(() => undefined)) as Problem | undefined
     if (problem?.code === 'REFRESH_TOKEN_REUSED') {
+      forgetSession()
       setState({ status: 'signed-out', reason: 'reuse-detected' })
       announce({ type: 'signed-out', reason: 'reuse-detected' })
     } else if (response.status === 401) {
+      forgetSession()
       const wasSignedIn = state.status === 'signed-in'
       setState({ status: 'signed-out', reason: wasSignedIn ? 'expired' : 'no-session' })
       if (wasSignedIn) announce({ type: 'signed-out', reason: 'expired' })
@@ -220,6 +240,11 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
       return state
     },
     async restoreSession() {
+      const store = storage()
+      if (store && store.getItem(refreshedAtKey) === null) {
+        setState({ status: 'signed-out', reason: 'no-session' })
+        return state
+      }
       await refreshSince(Date.now())
       return state
     },
@@ -232,6 +257,7 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
     },
     async logout() {
       await api.POST('/api/auth/logout')
+      forgetSession()
       setState({ status: 'signed-out', reason: 'logout' })
       announce({ type: 'signed-out', reason: 'logout' })
     },
