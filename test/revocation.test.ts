@@ -194,6 +194,79 @@ describe.runIf(usingPostgres())('the LISTEN connection lost and back', () => {
   })
 })
 
+describe('a dead credential is answered 401, never 403', () => {
+  // What another instance sees while a revocation's notification is on its way: the row and the
+  // tuples changed by the revoking transaction, the principal still in this instance's cache.
+  const revokeBehindTheBack = async (apiKeyId: string) => {
+    await a.app.db
+      .updateTable('api_keys')
+      .set({ revoked_at: a.clock.now() })
+      .where('id', '=', apiKeyId)
+      .execute()
+    await a.app.db
+      .deleteFrom('authz_tuples')
+      .where('subject_type', '=', 'api_key')
+      .where('subject_id', '=', apiKeyId)
+      .execute()
+  }
+  const list = (headers: Record<string, string>) =>
+    a.app.inject({ method: 'GET', url: '/api/purchase-requests', headers })
+
+  it('answers a cached API key whose tuples are gone with 401 and drops it from the cache', async () => {
+    const organizationId = await newOrganization(a.app)
+    const key = await newApiKey(a.app, organizationId, ['purchase_requests:read'])
+    await a.app.authz.outbox.runOnce()
+    expect((await list(key.headers)).statusCode).toBe(200)
+    await revokeBehindTheBack(key.id)
+    const res = await list(key.headers)
+    expect(res.statusCode).toBe(401)
+    expect(res.json().code).toBe('AUTHENTICATION_REQUIRED')
+    // Dropped: the next request is refused by the guard itself.
+    expect((await scoped(a.app, key.headers)).statusCode).toBe(401)
+  })
+
+  it('answers a revoked key on a route outside its scopes with 401, not INSUFFICIENT_SCOPE', async () => {
+    const organizationId = await newOrganization(a.app)
+    const key = await newApiKey(a.app, organizationId, ['files:read'])
+    expect((await list(key.headers)).json().code).toBe('INSUFFICIENT_SCOPE')
+    await revokeBehindTheBack(key.id)
+    expect((await list(key.headers)).statusCode).toBe(401)
+  })
+
+  it('keeps 403 for a live credential that lacks the permission', async () => {
+    const organizationId = await newOrganization(a.app)
+    const key = await newApiKey(a.app, organizationId, ['files:read'])
+    const res = await list(key.headers)
+    expect(res.statusCode).toBe(403)
+    expect(res.json().code).toBe('INSUFFICIENT_SCOPE')
+    expect((await scoped(a.app, key.headers)).statusCode).toBe(200)
+  })
+
+  it('answers a user whose session was revoked behind the cache with 401', async () => {
+    const user = await newUser(a.app)
+    const session = await signIn(a.app, user)
+    await a.app.authz.outbox.runOnce()
+    const ask = () =>
+      a.app.inject({
+        method: 'GET',
+        url: '/api/purchase-requests',
+        cookies: { access_token: session.access },
+      })
+    expect((await ask()).statusCode).toBe(200)
+    await a.app.db
+      .updateTable('sessions')
+      .set({ revoked_at: a.clock.now() })
+      .where('id', '=', session.sessionId)
+      .execute()
+    await a.app.db
+      .deleteFrom('authz_tuples')
+      .where('subject_type', '=', 'user')
+      .where('subject_id', '=', user.id)
+      .execute()
+    expect((await ask()).statusCode).toBe(401)
+  })
+})
+
 describe('RevocableCache', () => {
   it('does not keep a value loaded while an entry was dropped (the row may predate the revocation)', async () => {
     const cache = new RevocableCache<{ revoked: boolean }>({ max: 10, ttlMs: 60_000 })

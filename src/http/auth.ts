@@ -64,6 +64,19 @@ async function authPlugin(app: FastifyInstance) {
     return userFromCookie(request)
   }
 
+  // Asked when a request is about to be refused with 403 (src/http/errors.ts): the caches that
+  // resolved the principal are bypassed, and an entry found dead is dropped.
+  app.decorate('credentialStillValid', async (request: FastifyRequest) => {
+    const principal = request.principal
+    if (!principal) return false
+    if (principal.type === 'API_KEY') return apiKeys.stillValid(principal.apiKeyId)
+    if (principal.type === 'SERVICE_ACCOUNT') return serviceAccounts.stillValid(principal.serviceAccountId)
+    // Without session versions a user token is valid until it expires, whatever happened since.
+    if (!sessionGate) return true
+    const claims = tokens.verifyUserToken(request.cookies[accessCookie] ?? '')
+    return claims !== null && sessionGate.admitsAfresh(claims)
+  })
+
   // The guard decides from the route the router matched (its `public` and `scope` config), never
   // from the request text: `/%61pi/…`, `/ap%69/…` and absolute-form targets reach the same route
   // and so meet the same rule. Deny by default: a route is open only when it says `public: true`,

@@ -15,6 +15,17 @@ import {
   problemResponses,
 } from '../errors.ts'
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /**
+     * Whether the credential behind the request's principal is still valid, asked of the database
+     * (src/http/auth.ts decorates it). A 403 for a principal whose credential is found dead
+     * (revoked on another instance, its notification still on its way) is answered 401 instead.
+     */
+    credentialStillValid?: (request: FastifyRequest) => Promise<boolean>
+  }
+}
+
 interface ValidationIssue {
   instancePath?: string
   message?: string
@@ -208,8 +219,14 @@ async function errorsPlugin(app: FastifyInstance) {
     schema.response = response
   })
 
-  app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
-    const rendered = classify(error)
+  app.setErrorHandler(async (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+    let rendered = classify(error)
+    // A dead credential is told so (401), never that it lacks a permission (403): a principal
+    // resolved from an instance's cache may be revoked by now, its tuples already gone.
+    if (rendered.status === 403 && request.principal && app.credentialStillValid) {
+      const valid = await app.credentialStillValid(request).catch(() => true)
+      if (!valid) rendered = classify(new AppError('AUTHENTICATION_REQUIRED', 'The credential is no longer valid'))
+    }
     if (rendered.status >= 500) request.log.error({ err: error }, 'request failed')
     else request.log.info({ code: rendered.code, status: rendered.status }, 'request rejected')
     return sendProblem(reply, rendered)

@@ -1,8 +1,12 @@
 // `npm run bench`: autocannon against a started instance of the service and a bare Fastify route,
 // printing req/s, latency p50/p99 and peak RSS per scenario, and each scenario's throughput as a
-// ratio to the bare route. BENCH_DURATION (seconds, default 5) and BENCH_CONNECTIONS (default 10)
-// tune the run; BENCH_DATABASE_URL (or TEST_DATABASE_URL) benchmarks on real PostgreSQL, in a
-// fresh database of its own, otherwise on the embedded one.
+// ratio to the bare route; then the revocation reach (test/bench/revocation-reach.ts): p50, p99
+// and max of the time from a revocation's return to another instance's first 401, for API keys and
+// sessions. BENCH_DURATION (seconds, default 5) and BENCH_CONNECTIONS (default 10) tune the run,
+// BENCH_REVOCATION_TRIALS (default 100) the reach; BENCH_DATABASE_URL (or TEST_DATABASE_URL)
+// benchmarks on real PostgreSQL, in a fresh database of its own, otherwise on the embedded one
+// (where the reach, which needs two processes on one database, is skipped). BENCH_ONLY, a regular
+// expression, picks scenarios by name: `BENCH_ONLY=revocation` runs the reach alone.
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -14,6 +18,7 @@ import { openPGlite, openPostgres } from '../../src/db/database.ts'
 import { freePort } from '../../src/lifecycle.ts'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode, START_NODE_FLAGS } from '../helpers/process.ts'
+import { measureRevocationReach, REVOCATION_REACH, reachLine } from './revocation-reach.ts'
 import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
 
 const duration = Number(process.env.BENCH_DURATION ?? 5)
@@ -219,6 +224,12 @@ async function seedData(url: string | undefined, dataDir: string, organizationId
 }
 
 async function main() {
+  // BENCH_ONLY (a regular expression) picks the scenarios of the table whose name matches (the
+  // baseline and the floors always run with them) and the revocation reach when it matches
+  // REVOCATION_REACH; the table is left out when it matches none of its scenarios.
+  const only = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : null
+  const table = !only || scenarios.some((s) => only.test(s.name))
+  const reach = !only || only.test(REVOCATION_REACH)
   const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-bench-'))
   const serverUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL
   const benchDb = `platform_bench_${randomBytes(4).toString('hex')}`
@@ -240,6 +251,23 @@ async function main() {
       ? { PLATFORM_DATASOURCE_PREPARED_STATEMENTS: process.env.BENCH_PREPARED }
       : {}),
   }
+  try {
+    if (table) await runTable(appEnv, serverUrl, benchDb, dataDir, only)
+    if (reach) await runReach(appEnv, serverUrl, dataDir)
+  } finally {
+    if (serverUrl) await adminQuery(serverUrl, `drop database if exists ${benchDb} with (force)`)
+    await rm(dataDir, { recursive: true, force: true })
+  }
+}
+
+/** The table: every selected scenario under autocannon, with the baseline and the floors. */
+async function runTable(
+  appEnv: Record<string, string>,
+  serverUrl: string | undefined,
+  benchDb: string,
+  dataDir: string,
+  only: RegExp | null,
+) {
   // Seed the bench user through the operations CLI, before the service holds the database.
   const org = await runNode('src/cli.ts', ['org', 'create', '--name', 'Bench'], appEnv).done
   const { organizationId } = JSON.parse(org.stdout) as { organizationId: string }
@@ -306,8 +334,6 @@ async function main() {
   // Idle RSS: started, migrated, nothing served yet but the readiness probe.
   const idleRssMb = (await rssKb(app.child.pid as number)) / 1024
   try {
-    // BENCH_ONLY (a regular expression) runs the baseline, the floors and the scenarios whose name matches.
-    const only = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : null
     for (const scenario of scenarios.filter(
       (s, i) => i === 0 || s.name.startsWith('floor') || !only || only.test(s.name),
     )) {
@@ -326,8 +352,6 @@ async function main() {
     bare.child.kill('SIGTERM')
     app.child.kill('SIGTERM')
     await Promise.all([bare.done, app.done])
-    if (serverUrl) await adminQuery(serverUrl, `drop database if exists ${benchDb} with (force)`)
-    await rm(dataDir, { recursive: true, force: true })
   }
   const baseline = rows[0]?.rps ?? 1
   const database = serverUrl ? 'PostgreSQL' : 'embedded PGlite'
@@ -373,6 +397,34 @@ async function main() {
     process.stderr.write('\nSome responses had an unexpected status: the figures above are not valid.\n')
     for (const row of rows.filter((r) => r.unexpected > 0))
       process.stderr.write(`  ${row.name}: ${row.statuses}\n`)
+    process.exitCode = 1
+  }
+}
+
+/** The revocation reach (test/bench/revocation-reach.ts): two more service processes, PostgreSQL only. */
+async function runReach(appEnv: Record<string, string>, serverUrl: string | undefined, dataDir: string) {
+  process.stdout.write(`\nnpm run bench: ${REVOCATION_REACH}, Node ${process.version}\n\n`)
+  if (!serverUrl) {
+    process.stdout.write(
+      `${REVOCATION_REACH}: skipped, two service processes on one database need PostgreSQL (BENCH_DATABASE_URL)\n`,
+    )
+    return
+  }
+  const figures = await measureRevocationReach(appEnv, dataDir, (env) =>
+    start('test/bench/bench-server.ts', env, SERVICE_NODE_FLAGS),
+  )
+  for (const figure of figures) process.stdout.write(`${reachLine(figure)}\n`)
+  const refusedOtherwise = figures.filter((figure) => figure.unexpected.size > 0)
+  if (refusedOtherwise.length > 0) {
+    process.stderr.write(
+      '\nB answered a revoked credential with another status than 401 before refusing it:\n',
+    )
+    for (const figure of refusedOtherwise) {
+      const statuses = [...figure.unexpected].map(([status, count]) => `${status}×${count}`).join(' ')
+      process.stderr.write(
+        `  ${figure.name}: ${statuses}, in ${figure.trialsWithUnexpected} of ${figure.trials} trials\n`,
+      )
+    }
     process.exitCode = 1
   }
 }

@@ -122,6 +122,14 @@ export class ServiceAccounts implements RevocationListener {
     return { id: row.id, clientId: row.client_id, disabledAt: row.disabled_at?.toISOString() ?? null }
   }
 
+  /** Whether the account is still active, read afresh; a disabled one leaves the cache. */
+  async stillValid(id: string): Promise<boolean> {
+    const row = await findServiceAccount(this.#deps.db, id)
+    if (row?.active) return true
+    this.#active.delete(id)
+    return false
+  }
+
   /** Client-credentials grant; the secret is compared in constant time, unknown ids cost the same. */
   async issueToken(clientId: string, clientSecret: string): Promise<IssuedToken> {
     const account = await findServiceAccountByClientId(this.#deps.db, clientId)
@@ -297,6 +305,15 @@ export class ApiKeys implements RevocationListener {
       organizationId: key.organization_id,
       scopes: new Set(key.scopes),
     }
+  }
+
+  /** Whether the key is still usable (not revoked, not expired), read afresh; a dead one leaves the cache. */
+  async stillValid(id: string): Promise<boolean> {
+    const row = await findApiKey(this.#deps.db, id)
+    const now = this.#deps.clock.now()
+    if (row && !row.revoked_at && !(row.expires_at && row.expires_at <= now)) return true
+    this.#byHash.deleteWhere((key) => key !== 'none' && key.id === id)
+    return false
   }
 
   /** Writes the last-use times gathered since the previous flush. */

@@ -44,6 +44,12 @@ export class SessionGate implements RevocationListener {
     return version === null || version === claims.ver
   }
 
+  /** `admits`, with the session's state read afresh (and cached again). */
+  admitsAfresh(claims: UserTokenClaims): Promise<boolean> {
+    this.#states.delete(claims.sid)
+    return this.admits(claims)
+  }
+
   revoked(revocation: Revocation): void {
     if (revocation.kind === 'session') this.#states.delete(revocation.id)
     else if (revocation.kind === 'user') this.#states.deleteWhere((state) => state.userId === revocation.id)
