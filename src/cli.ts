@@ -84,6 +84,17 @@ const commands: Record<string, Command> = {
       return { userId: account.id, unlocked: true }
     },
   },
+  'user deactivate': {
+    usage: 'user deactivate --id USER',
+    migrateOnStart: true,
+    options: { id: { type: 'string' } },
+    // As an admin's deactivation: sessions end on every instance, links die, the role tuple goes.
+    run: async (app, values) => {
+      const id = required(values, 'id')
+      if (!isUuid(id)) throw new UsageError('--id must be a user id (UUID)')
+      return app.services.users.deactivateByOperator(id)
+    },
+  },
   'housekeeping run': {
     usage: 'housekeeping run',
     migrateOnStart: true,

@@ -254,6 +254,41 @@ describe('operators see what exists', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect(JSON.parse(unknown.stderr).code).toBe('NOT_FOUND')
   })
 
+  it('deactivates a user as an admin would, keeping the last active admin', async () => {
+    const org = JSON.parse((await cli('org', 'create', '--name', 'Deactivated Ltd')).stdout).organizationId
+    const create = async (email: string, role: string) =>
+      JSON.parse(
+        (
+          await runNode(
+            'src/cli.ts',
+            ['user', 'create', '--org', org, '--email', email, '--role', role, '--password-stdin'],
+            env,
+            'a long enough password\n',
+          ).done
+        ).stdout,
+      ).userId as string
+    const admin = await create('only-admin@example.com', 'admin')
+    const member = await create('leaving@example.com', 'member')
+
+    const deactivated = await cli('user', 'deactivate', '--id', member)
+    expect(deactivated.code, deactivated.stderr).toBe(0)
+    expect(JSON.parse(deactivated.stdout)).toEqual({ userId: member, organizationId: org, active: false })
+    const again = await cli('user', 'deactivate', '--id', member)
+    expect(JSON.parse(again.stdout)).toEqual({ userId: member, organizationId: org, active: false })
+
+    const lastAdmin = await cli('user', 'deactivate', '--id', admin)
+    expect(lastAdmin.code).not.toBe(0)
+    expect(JSON.parse(lastAdmin.stderr).code).toBe('LAST_ADMIN')
+    const unknown = await cli('user', 'deactivate', '--id', '00000000-0000-4000-8000-000000000000')
+    expect(JSON.parse(unknown.stderr).code).toBe('NOT_FOUND')
+
+    const users = JSON.parse((await cli('user', 'list', '--org', org)).stdout).items
+    expect(users.map((u: { email: string; active: boolean }) => [u.email, u.active])).toEqual([
+      ['leaving@example.com', false],
+      ['only-admin@example.com', true],
+    ])
+  })
+
   it('prints --help as plain text and exits 0', async () => {
     const help = await cli('--help')
     expect(help.code).toBe(0)

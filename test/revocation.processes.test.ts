@@ -281,5 +281,22 @@ describe.skipIf(!usingPostgres())(
       expect(answers).toMatch(SERVED_THEN_REFUSED)
       expect(await list(adminSession.headers)()).toBe(200)
     })
+
+    it('refuses on B, with 401, a member the CLI deactivated; another member keeps working there', async () => {
+      const [leaving, staying] = await Promise.all([newAccount(), newAccount()])
+      const [leavingSession, stayingSession] = await Promise.all([
+        signIn(leaving.email),
+        signIn(staying.email),
+      ])
+      const list = (headers: Headers) => () => status(b, headers, 'GET', '/api/purchase-requests')
+      expect(await list(leavingSession.headers)()).toBe(200)
+      expect(await list(stayingSession.headers)()).toBe(200)
+
+      const answers = await refusedByB('member deactivated by the CLI', list(leavingSession.headers), () =>
+        cli(['user', 'deactivate', '--id', leaving.userId]),
+      )
+      expect(answers).toMatch(SERVED_THEN_REFUSED)
+      expect(await list(stayingSession.headers)()).toBe(200)
+    })
   },
 )

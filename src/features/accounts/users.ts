@@ -3,6 +3,7 @@ import type { Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
+import { runWithTenant } from '../../context.ts'
 import { type AlongWith, inTransaction } from '../../db/database.ts'
 import type { Database, Role, Tx } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
@@ -150,29 +151,60 @@ export class UserAdministration {
   }
 
   async deactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
-    const { db, clock, tuples } = this.#deps
-    const now = clock.now()
+    const { db } = this.#deps
     // A member is refused before anything is locked or revealed.
     const tenant = await this.#authorize(caller)
+    return inTransaction(db, (trx) =>
+      this.#deactivate(trx, tenant, userId, () => this.#admin(trx, caller, tenant).then(() => {})),
+    )
+  }
+
+  /**
+   * Deactivation by an operator (`npm run cli -- user deactivate`): the same change as an admin's,
+   * in the account's own organization, the last active admin kept.
+   */
+  async deactivateByOperator(userId: string): Promise<{ userId: string; organizationId: string; active: boolean }> {
+    const { db } = this.#deps
     return inTransaction(db, async (trx) => {
-      // Lock the organization's active admins first, so two admins deactivating each other are
-      // serialised: the second sees the first change and gets LAST_ADMIN.
-      const admins = await lockActiveAdmins(trx, tenant)
-      const target = await this.#target(trx, tenant, userId)
-      if (target.active && target.role === 'admin' && admins <= 1) {
-        throw new AppError('LAST_ADMIN', "The organization's last active admin cannot be deactivated")
-      }
-      await this.#admin(trx, caller, tenant)
-      if (target.deactivated_at) return { userId, active: false }
-      // An invited account (inactive, not yet deactivated) is deactivated too: its invitation must
-      // not bring it back. Every outstanding link dies with it and its role tuple goes.
-      await setAccountActive(trx, tenant, userId, { active: false, deactivatedAt: now }, now)
-      await retireOneTimeTokens(trx, userId, now)
-      await this.#deps.endSessions(trx, userId, now, 'deactivated')
-      await incrementSessionVersion(trx, userId)
-      await tuples.record(trx, [roleTuple('delete', target)], now)
-      return { userId, active: false }
+      const account = await findAccount(trx, userId)
+      if (!account) throw new AppError('NOT_FOUND', 'No such user')
+      // The operator acts in the account's own organization.
+      const tenant = runWithTenant(account.organization_id, tenantScope)
+      const result = await this.#deactivate(trx, tenant, userId, async () => {})
+      return { ...result, organizationId: account.organization_id }
     })
+  }
+
+  /**
+   * Deactivates an account of the organization: its sessions end (on every instance), its links
+   * die, its session version moves on and its role tuple goes. `confirmCaller` re-checks who asks,
+   * once the admins are locked.
+   */
+  async #deactivate(
+    trx: Tx,
+    tenant: TenantScope,
+    userId: string,
+    confirmCaller: () => Promise<void>,
+  ): Promise<{ userId: string; active: boolean }> {
+    const { clock, tuples } = this.#deps
+    const now = clock.now()
+    // Lock the organization's active admins first, so two admins deactivating each other are
+    // serialised: the second sees the first change and gets LAST_ADMIN.
+    const admins = await lockActiveAdmins(trx, tenant)
+    const target = await this.#target(trx, tenant, userId)
+    if (target.active && target.role === 'admin' && admins <= 1) {
+      throw new AppError('LAST_ADMIN', "The organization's last active admin cannot be deactivated")
+    }
+    await confirmCaller()
+    if (target.deactivated_at) return { userId, active: false }
+    // An invited account (inactive, not yet deactivated) is deactivated too: its invitation must
+    // not bring it back. Every outstanding link dies with it and its role tuple goes.
+    await setAccountActive(trx, tenant, userId, { active: false, deactivatedAt: now }, now)
+    await retireOneTimeTokens(trx, userId, now)
+    await this.#deps.endSessions(trx, userId, now, 'deactivated')
+    await incrementSessionVersion(trx, userId)
+    await tuples.record(trx, [roleTuple('delete', target)], now)
+    return { userId, active: false }
   }
 
   async reactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
