@@ -58,6 +58,24 @@ export async function insertSessionWithRefreshToken(
 }
 
 /**
+ * The common end of a rotation's statement: the CTEs that insert the successor of the session the
+ * `source` CTE returned (its columns `id`, `refresh_expires_at` and the parent's id in `parent`) and
+ * touch that session.
+ */
+const successorAndTouch = (
+  source: 'claimed' | 'retired',
+  parent: 'claimed_token_id' | 'anchor_id',
+  nextHash: string,
+  now: Date,
+) => sql`successor as (
+      insert into refresh_tokens (session_id, parent_id, token_hash, created_at, expires_at)
+      select id, ${sql.ref(parent)}, ${nextHash}, ${now}, refresh_expires_at from ${sql.table(source)}
+      returning session_id
+    ), touched as (
+      update sessions set last_used_at = ${now} where id in (select session_id from successor)
+    )`
+
+/**
  * The rotation of a refresh token in one statement: claims the token if it is active and its
  * session is live, inserts its successor (expiring at `now + ttlSeconds`, never after the session)
  * and touches the session. Of any number of concurrent callers with one token exactly one gets the
@@ -77,13 +95,7 @@ export async function rotateRefreshToken(
         and t.expires_at > ${now} and s.id = t.session_id and s.revoked_at is null and s.expires_at > ${now}
       returning s.*, t.id as claimed_token_id,
         least(${now}::timestamptz + make_interval(secs => ${ttlSeconds}), s.expires_at) as refresh_expires_at
-    ), successor as (
-      insert into refresh_tokens (session_id, parent_id, token_hash, created_at, expires_at)
-      select id, claimed_token_id, ${nextHash}, ${now}, refresh_expires_at from claimed
-      returning session_id
-    ), touched as (
-      update sessions set last_used_at = ${now} where id in (select session_id from successor)
-    )
+    ), ${successorAndTouch('claimed', 'claimed_token_id', nextHash, now)}
     select * from claimed`.execute(db)
   return rows[0]
 }
@@ -121,13 +133,7 @@ export async function rotateWithinGrace(
         and s.id = t.session_id and s.revoked_at is null and s.expires_at > ${now}
       returning s.*, t.parent_id as anchor_id,
         least(${now}::timestamptz + make_interval(secs => ${ttlSeconds}), s.expires_at) as refresh_expires_at
-    ), successor as (
-      insert into refresh_tokens (session_id, parent_id, token_hash, created_at, expires_at)
-      select id, anchor_id, ${nextHash}, ${now}, refresh_expires_at from retired
-      returning session_id
-    ), touched as (
-      update sessions set last_used_at = ${now} where id in (select session_id from successor)
-    )
+    ), ${successorAndTouch('retired', 'anchor_id', nextHash, now)}
     select retired.*, (select count(*) from live)::int as candidates
     from (values (1)) as one left join retired on true`.execute(db)
   const row = rows[0]
