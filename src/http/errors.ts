@@ -225,7 +225,8 @@ async function errorsPlugin(app: FastifyInstance) {
     // resolved from an instance's cache may be revoked by now, its tuples already gone.
     if (rendered.status === 403 && request.principal && app.credentialStillValid) {
       const valid = await app.credentialStillValid(request).catch(() => true)
-      if (!valid) rendered = classify(new AppError('AUTHENTICATION_REQUIRED', 'The credential is no longer valid'))
+      if (!valid)
+        rendered = classify(new AppError('AUTHENTICATION_REQUIRED', 'The credential is no longer valid'))
     }
     if (rendered.status >= 500) request.log.error({ err: error }, 'request failed')
     else request.log.info({ code: rendered.code, status: rendered.status }, 'request rejected')

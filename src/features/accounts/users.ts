@@ -163,7 +163,9 @@ export class UserAdministration {
    * Deactivation by an operator (`npm run cli -- user deactivate`): the same change as an admin's,
    * in the account's own organization, the last active admin kept.
    */
-  async deactivateByOperator(userId: string): Promise<{ userId: string; organizationId: string; active: boolean }> {
+  async deactivateByOperator(
+    userId: string,
+  ): Promise<{ userId: string; organizationId: string; active: boolean }> {
     const { db } = this.#deps
     return inTransaction(db, async (trx) => {
       const account = await findAccount(trx, userId)
