@@ -18,6 +18,7 @@ import type { PasswordResetHandler } from './features/accounts/index.ts'
 import accountsFeature from './features/accounts/index.ts'
 import filesFeature from './features/files/index.ts'
 import organizationsFeature from './features/organizations/index.ts'
+import passkeysFeature from './features/passkeys/index.ts'
 import permissionChecksFeature from './features/permission-checks/index.ts'
 import servicesPlugin from './features/plugin.ts'
 import purchaseRequestsFeature from './features/purchase-requests/index.ts'
@@ -315,6 +316,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   // Routes.
   await app.register(sessionsFeature)
   await app.register(accountsFeature)
+  await app.register(passkeysFeature)
   await app.register(permissionChecksFeature)
   await app.register(organizationsFeature)
   await app.register(filesFeature)

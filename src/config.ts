@@ -84,6 +84,8 @@ export const ConfigSchema = Type.Object({
       invitePerMinute: Count(10),
       /** Invitations per invited email. */
       invitePerHour: Count(5),
+      /** Passkey sign-in options (each stores a challenge) per client address. */
+      passkeyOptionsPerMinute: Count(60),
     }),
     cookie: Type.Object({
       accessTokenName: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'access_token' }),
@@ -109,6 +111,15 @@ export const ConfigSchema = Type.Object({
     invitation: Type.Object({ ttl: Duration('7d') }),
     passwordReset: Type.Object({ ttl: Duration('1h') }),
     sessionVersion: Type.Object({ enabled: Type.Boolean({ default: false }) }),
+    passkeys: Type.Object({
+      /** The relying party's id; default the host of platform.web.public-url. */
+      rpId: Type.Optional(Type.String({ pattern: '^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$' })),
+      rpName: Text('Platform'),
+      /** Origins a ceremony may come from; default public-url's and frontend-url's. */
+      origins: List([]),
+      /** How long a ceremony's challenge may be answered. */
+      challengeTtl: Duration('5m', { maximum: 300 }),
+    }),
     // Opt-in: email a user who signs in from a device (User-Agent) the account has not used before.
     newDeviceNotice: Type.Object({ enabled: Type.Boolean({ default: false }) }),
   }),
@@ -169,6 +180,9 @@ type RawConfig = Static<typeof ConfigSchema>
 /** The validated configuration; derived defaults (frontend URL, docs switch) are filled in. */
 export type Config = RawConfig & {
   web: RawConfig['web'] & { frontendUrl: string }
+  auth: RawConfig['auth'] & {
+    passkeys: RawConfig['auth']['passkeys'] & { rpId: string; origins: string[] }
+  }
   docs: { enabled: boolean }
 }
 
@@ -409,9 +423,51 @@ export function loadConfig(source: ConfigSource): Config {
   if (config.auth.cookie.sameSite === 'None' && !config.auth.cookie.secure) {
     throw new ConfigError('platform.auth.cookie.same-site', 'None requires platform.auth.cookie.secure=true')
   }
+  const frontendUrl = config.web.frontendUrl ?? config.web.publicUrl
   return {
     ...config,
-    web: { ...config.web, frontendUrl: config.web.frontendUrl ?? config.web.publicUrl },
+    web: { ...config.web, frontendUrl },
+    auth: { ...config.auth, passkeys: relyingParty(config.auth.passkeys, config.web.publicUrl, frontendUrl) },
     docs: { enabled: config.docs.enabled ?? config.profile !== 'production' },
   }
+}
+
+/**
+ * The passkeys' relying party: its id defaults to the public URL's host, its origins to the public
+ * and frontend URLs' origins. Every origin's host must be the RP ID or a subdomain of it, as
+ * browsers require, or start-up stops naming the property; only when neither the RP ID nor the
+ * origins are set is a frontend URL on another domain left out of the defaults instead (passkeys
+ * then work from the public URL's pages alone), so a deployment that never uses passkeys needs no
+ * passkey configuration.
+ */
+function relyingParty(
+  passkeys: RawConfig['auth']['passkeys'],
+  publicUrl: string,
+  frontendUrl: string,
+): Config['auth']['passkeys'] {
+  const origin = (url: string, property: string) => {
+    try {
+      return new URL(url)
+    } catch {
+      throw new ConfigError(property, `has an origin that is not a URL: ${url}`)
+    }
+  }
+  const rpId = passkeys.rpId ?? origin(publicUrl, 'platform.web.public-url').hostname
+  const fits = (url: URL) => url.hostname === rpId || url.hostname.endsWith(`.${rpId}`)
+  let origins: URL[]
+  if (passkeys.origins.length > 0) {
+    origins = passkeys.origins.map((url) => origin(url, 'platform.auth.passkeys.origins'))
+  } else {
+    origins = [origin(publicUrl, 'platform.web.public-url'), origin(frontendUrl, 'platform.web.frontend-url')]
+    if (passkeys.rpId === undefined) origins = origins.filter(fits)
+  }
+  for (const each of origins) {
+    if (!fits(each)) {
+      throw new ConfigError(
+        'platform.auth.passkeys.rp-id',
+        `must be the host of every passkey origin or a parent domain of it: ${rpId} is not one of ${each.origin}`,
+      )
+    }
+  }
+  return { ...passkeys, rpId, origins: [...new Set(origins.map((url) => url.origin))] }
 }

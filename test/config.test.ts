@@ -37,6 +37,15 @@ describe('configuration', () => {
       resetPerHour: 5,
       invitePerMinute: 10,
       invitePerHour: 5,
+      passkeyOptionsPerMinute: 60,
+    })
+    expect(config.auth.refresh.reuseGrace).toBe(0)
+    expect(config.auth.revocation.fallbackTtl).toBe(10)
+    expect(config.auth.passkeys).toEqual({
+      rpId: 'localhost',
+      rpName: 'Platform',
+      origins: ['http://localhost:8080'],
+      challengeTtl: 300,
     })
     expect(config.auth.cookie).toEqual({
       accessTokenName: 'access_token',
@@ -62,6 +71,44 @@ describe('configuration', () => {
     expect(config.storage.maxFileSize).toBe(100 * 1024 * 1024)
     expect(config.mail.from).toBe('no-reply@localhost')
     expect(config.docs.enabled).toBe(true)
+  })
+
+  it('derives the passkeys’ relying party from the URLs and refuses an RP ID that does not cover every origin', () => {
+    const base = { 'platform.auth.jwt.secret': secret }
+    const sameSite = loadConfig({
+      ...base,
+      'platform.web.public-url': 'https://api.example.com',
+      'platform.web.frontend-url': 'https://app.example.com/console',
+      'platform.auth.passkeys.rp-id': 'example.com',
+    })
+    expect(sameSite.auth.passkeys.rpId).toBe('example.com')
+    expect(sameSite.auth.passkeys.origins).toEqual(['https://api.example.com', 'https://app.example.com'])
+    // Neither set: a frontend on another domain is left out, so start-up does not depend on passkeys.
+    const elsewhere = loadConfig({
+      ...base,
+      'platform.web.public-url': 'https://api.example.com',
+      'platform.web.frontend-url': 'https://app.other.test',
+    })
+    expect(elsewhere.auth.passkeys).toMatchObject({
+      rpId: 'api.example.com',
+      origins: ['https://api.example.com'],
+    })
+    for (const wrong of [
+      { 'platform.web.public-url': 'https://api.example.com', 'platform.auth.passkeys.rp-id': 'example.org' },
+      { 'platform.web.public-url': 'https://api.example.com', 'platform.auth.passkeys.rp-id': 'ample.com' },
+      {
+        'platform.web.public-url': 'https://api.example.com',
+        'platform.auth.passkeys.origins': 'https://app.example.com,https://evil.test',
+      },
+    ]) {
+      expect(() => loadConfig({ ...base, ...wrong })).toThrow(/platform\.auth\.passkeys\.rp-id/)
+    }
+    expect(() => loadConfig({ ...base, 'platform.auth.passkeys.rp-id': 'https://example.com' })).toThrow(
+      /platform\.auth\.passkeys\.rp-id/,
+    )
+    expect(() => loadConfig({ ...base, 'platform.auth.passkeys.challenge-ttl': '10m' })).toThrow(
+      /platform\.auth\.passkeys\.challenge-ttl/,
+    )
   })
 
   it('derives environment names by upper-casing and replacing dots and dashes', () => {

@@ -26,6 +26,7 @@ const NOT_TENANT_READS: Record<string, string> = {
     'identities: found by the principal’s own id or email (sign-in, reset, second factor); reads and ' +
     'changes on behalf of a tenant (administration, display names) take a TenantScope',
   sessions: "a principal's own sessions, found from its token",
+  passkeys: "a user's own passkeys, found from the principal, or by credential id when signing in",
   api_keys: 'found by hash when authenticating; created, listed and revoked by operators (the CLI)',
   mail_outbox: "the mail worker's queue, which spans organizations",
 }

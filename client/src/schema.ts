@@ -10,7 +10,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Sign in with email and password (and OTP code when enabled); sets the session cookies */
+        /** Sign in with email and password (and the OTP code or a passkey when OTP is on); sets the session cookies */
         post: operations["login"];
         delete?: never;
         options?: never;
@@ -97,6 +97,115 @@ export interface paths {
         put?: never;
         /** Generate a TOTP secret (not active until enabled with a valid code) */
         post: operations["setupOtp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/passkeys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The signed-in user’s passkeys */
+        get: operations["listPasskeys"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/passkeys/{passkeyId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Remove one of the signed-in user’s passkeys (another user’s: 404); a security email says so */
+        delete: operations["removePasskey"];
+        options?: never;
+        head?: never;
+        /** Rename one of the signed-in user’s passkeys (another user’s: 404) */
+        patch: operations["renamePasskey"];
+        trace?: never;
+    };
+    "/api/auth/passkeys/authentication": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Sign in with a passkey alone (it is two factors: a device and its user verification); sets the session cookies */
+        post: operations["signInWithPasskey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/passkeys/authentication/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start a passkey sign-in: the options for navigator.credentials.get and their challengeId
+         * @description Without a username any passkey may answer (usernameless, conditional UI). With one, the account’s passkeys are allowed; an unknown username gets options that look the same. The challenge is used once and expires after platform.auth.passkeys.challenge-ttl.
+         */
+        post: operations["passkeyAuthenticationOptions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/passkeys/registration": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Finish adding a passkey: verify the authenticator’s answer and keep it */
+        post: operations["registerPasskey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/passkeys/registration/options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start adding a passkey to the signed-in account: the options for navigator.credentials.create
+         * @description A resident key and user verification are required, attestation is none, and the account’s passkeys are excluded. The challenge belongs to the calling session, is used once and expires after platform.auth.passkeys.challenge-ttl.
+         */
+        post: operations["passkeyRegistrationOptions"];
         delete?: never;
         options?: never;
         head?: never;
@@ -416,6 +525,12 @@ export interface components {
         LoginRequest: {
             /** @description TOTP code or unused backup code, when the account has OTP on */
             otpCode?: string;
+            /** @description In place of otpCode: a passkey of the account answering a challenge from POST /api/auth/passkeys/authentication/options */
+            passkey?: {
+                /** Format: uuid */
+                challengeId: string;
+                response: components["schemas"]["PasskeyAuthenticationResponse"];
+            };
             password: string;
             /** @description The account email */
             username: string;
@@ -437,6 +552,117 @@ export interface components {
             qrCodeSvg: string;
             /** @description Base32 secret, for manual entry */
             secret: string;
+        };
+        /** PasskeyAssertion */
+        PasskeyAssertion: {
+            /** Format: uuid */
+            challengeId: string;
+            response: components["schemas"]["PasskeyAuthenticationResponse"];
+        };
+        /**
+         * PasskeyAuthenticationOptions
+         * @description The options of a passkey sign-in and the id of their challenge
+         */
+        PasskeyAuthenticationOptions: {
+            /** Format: uuid */
+            challengeId: string;
+            /** @description WebAuthn PublicKeyCredentialRequestOptionsJSON: give it to startAuthentication (@simplewebauthn/browser) */
+            options: {
+                allowCredentials?: ({
+                    id: string;
+                    transports?: string[];
+                    type: string;
+                } & {
+                    [key: string]: unknown;
+                })[];
+                challenge: string;
+                extensions?: {
+                    [key: string]: unknown;
+                };
+                hints?: string[];
+                rpId?: string;
+                timeout?: number;
+                userVerification?: string;
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /** PasskeyAuthenticationOptionsRequest */
+        PasskeyAuthenticationOptionsRequest: {
+            /** @description The account email, for a username-first sign-in; none: any passkey (usernameless) */
+            username?: string;
+        };
+        /**
+         * PasskeyAuthenticationResponse
+         * @description The authenticator assertion (WebAuthn AuthenticationResponseJSON)
+         */
+        PasskeyAuthenticationResponse: {
+            authenticatorAttachment?: "platform" | "cross-platform";
+            clientExtensionResults: {
+                [key: string]: unknown;
+            };
+            id: string;
+            rawId: string;
+            response: {
+                authenticatorData: string;
+                clientDataJSON: string;
+                signature: string;
+                userHandle?: string;
+            };
+            /** @enum {string} */
+            type: "public-key";
+        };
+        /**
+         * PasskeyList
+         * @description The signed-in user’s passkeys, oldest first
+         */
+        PasskeyList: {
+            items: components["schemas"]["PasskeyRecord"][];
+        };
+        /**
+         * PasskeyRecord
+         * @description A passkey of the signed-in user
+         */
+        PasskeyRecord: {
+            /** @description The authenticator model (zeros when it does not say) */
+            aaguid: string;
+            backedUp: boolean;
+            /** Format: date-time */
+            createdAt: string;
+            /** @description multiDevice: a synced passkey; singleDevice: bound to one authenticator */
+            deviceType: "singleDevice" | "multiDevice";
+            /** Format: uuid */
+            id: string;
+            lastUsedAt: string | null;
+            name: string;
+            transports: string[];
+        };
+        /** PasskeyRegistration */
+        PasskeyRegistration: {
+            name?: string;
+            /** @description What startRegistration returned (RegistrationResponseJSON) */
+            response: {
+                authenticatorAttachment?: "platform" | "cross-platform";
+                clientExtensionResults: {
+                    [key: string]: unknown;
+                };
+                id: string;
+                rawId: string;
+                response: {
+                    attestationObject: string;
+                    authenticatorData?: string;
+                    clientDataJSON: string;
+                    publicKey?: string;
+                    publicKeyAlgorithm?: number;
+                    transports?: string[];
+                };
+                /** @enum {string} */
+                type: "public-key";
+            };
+        };
+        /** PasskeyRename */
+        PasskeyRename: {
+            name: string;
         };
         /**
          * PasswordResetConfirmation
@@ -476,7 +702,7 @@ export interface components {
              * @example NOT_FOUND
              * @enum {string}
              */
-            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
+            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
             detail?: string;
             /** @description Present on VALIDATION_FAILED: one entry per invalid value */
             errors?: {
@@ -514,6 +740,8 @@ export interface components {
             lastUsedAt: string;
             /** Format: uuid */
             sessionId: string;
+            /** @description The factors the session was signed in with; null for sessions older than this field */
+            signInMethod: "password" | "password+otp" | "password+passkey" | "passkey" | null;
             userAgent: string | null;
         };
         /**
@@ -1102,6 +1330,711 @@ export interface operations {
             };
             /** @description Conflict with the current state */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listPasskeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The signed-in user’s passkeys, oldest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeyList"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    removePasskey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                passkeyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    renamePasskey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                passkeyId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PasskeyRename"];
+            };
+        };
+        responses: {
+            /** @description A passkey of the signed-in user */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeyRecord"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    signInWithPasskey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PasskeyAssertion"];
+            };
+        };
+        responses: {
+            /** @description Who is signed in; the tokens travel only in httpOnly cookies */
+            200: {
+                headers: {
+                    /** @description The httpOnly access-token cookie (path /) and refresh-token cookie (path /api/auth), SameSite and Secure as configured (platform.auth.cookie.*) */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionResponse"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    passkeyAuthenticationOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PasskeyAuthenticationOptionsRequest"];
+            };
+        };
+        responses: {
+            /** @description The options of a passkey sign-in and the id of their challenge */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeyAuthenticationOptions"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    registerPasskey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PasskeyRegistration"];
+            };
+        };
+        responses: {
+            /** @description A passkey of the signed-in user */
+            201: {
+                headers: {
+                    /** @description The path of the created resource */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeyRecord"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    passkeyRegistrationOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description WebAuthn PublicKeyCredentialCreationOptionsJSON: give it to startRegistration (@simplewebauthn/browser) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        attestation?: string;
+                        authenticatorSelection?: {
+                            [key: string]: unknown;
+                        };
+                        challenge: string;
+                        excludeCredentials?: ({
+                            id: string;
+                            transports?: string[];
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        })[];
+                        extensions?: {
+                            [key: string]: unknown;
+                        };
+                        hints?: string[];
+                        pubKeyCredParams: ({
+                            alg: number;
+                            type: string;
+                        } & {
+                            [key: string]: unknown;
+                        })[];
+                        rp: {
+                            id?: string;
+                            name: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                        timeout?: number;
+                        user: {
+                            displayName: string;
+                            id: string;
+                            name: string;
+                        } & {
+                            [key: string]: unknown;
+                        };
+                    } & {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

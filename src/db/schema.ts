@@ -47,6 +47,8 @@ export interface SessionTable {
   revoked_reason: string | null
   user_agent: string | null
   ip_address: string | null
+  /** How the session was signed in to (SignInMethod); null for sessions from before it was kept. */
+  sign_in_method: string | null
 }
 
 export interface RefreshTokenTable {
@@ -115,6 +117,36 @@ export interface AuthzTupleTable {
   subject_id: string
   subject_relation: Generated<string>
   created_at: Timestamp
+}
+
+export interface PasskeyTable {
+  id: Generated<string>
+  account_id: string
+  organization_id: string
+  /** base64url, as the browser reports it. */
+  credential_id: string
+  public_key: Uint8Array
+  /** int8, read as text. */
+  counter: ColumnType<string, number | string, number | string>
+  transports: string[]
+  device_type: 'singleDevice' | 'multiDevice'
+  backed_up: boolean
+  aaguid: string
+  name: string
+  created_at: Timestamp
+  last_used_at: Timestamp | null
+}
+
+export interface PasskeyChallengeTable {
+  id: Generated<string>
+  ceremony: 'registration' | 'authentication'
+  challenge: string
+  /** Registration: the session that asked. */
+  session_id: string | null
+  /** Registration: the user; authentication: the account its username named (null: any). */
+  account_id: string | null
+  created_at: Timestamp
+  expires_at: Timestamp
 }
 
 export type OneTimeTokenPurpose = 'INVITATION' | 'PASSWORD_RESET'
@@ -225,6 +257,8 @@ export interface Database {
   accounts: AccountTable
   sessions: SessionTable
   refresh_tokens: RefreshTokenTable
+  passkeys: PasskeyTable
+  passkey_challenges: PasskeyChallengeTable
   rate_limits: RateLimitTable
   service_accounts: ServiceAccountTable
   api_keys: ApiKeyTable

@@ -32,6 +32,7 @@ import {
 import { FileService } from './files/index.ts'
 import { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from './machine-principals/index.ts'
 import { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './organizations/index.ts'
+import { PasskeyService } from './passkeys/index.ts'
 import { createPurchaseRequests, type PurchaseRequests } from './purchase-requests/index.ts'
 import {
   AccountAuthenticator,
@@ -87,6 +88,7 @@ export interface Services {
   passwordReset: PasswordResetHandler
   newDeviceNotice: NewDeviceNotice
   otp: OtpService
+  passkeys: PasskeyService
   orgConfig: OrganizationConfig
   files: FileService
   purchaseRequests: PurchaseRequests
@@ -126,12 +128,21 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     config,
     box: new SecretBox(jwtSecrets(config), 'otp-secret-encryption'),
   })
+  const passkeys = new PasskeyService({ db, clock, config })
   const accountAuthenticator = new AccountAuthenticator({
     db,
     clock,
     config,
     passwords,
-    secondFactor: (account, otpCode) => otp.verifyAtLogin(account, otpCode),
+    // A passkey of the account in place of the OTP code; otherwise the code when OTP is on.
+    secondFactor: async (account, { otpCode, passkey }) => {
+      if (passkey) {
+        await passkeys.verifySecondFactor(account.id, passkey)
+        return 'passkey'
+      }
+      if (!account.otp_enabled) return null
+      return (await otp.verifyAtLogin(account, otpCode)) ? 'otp' : false
+    },
   })
   const serviceAccounts = new ServiceAccounts({ db, clock, config, tokens, tuples: authz.tuples })
   const apiKeys = new ApiKeys({ db, clock, config, tokens, tuples: authz.tuples })
@@ -206,6 +217,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     passwordReset: extensions.passwordResetHandler ?? passwordResets,
     newDeviceNotice: new NewDeviceNotice({ db, clock, config }),
     otp,
+    passkeys,
     orgConfig,
     files,
     purchaseRequests,

@@ -17,7 +17,10 @@ export type RateLimitWindow = keyof typeof RATE_LIMIT_WINDOWS
  */
 export interface RateLimitRule {
   name: string
-  /** What is counted: the client address, or a body field (`caseless`: trimmed and lower-cased, for emails). */
+  /**
+   * What is counted: the client address, or a body field, dotted to reach into an object
+   * (`caseless`: trimmed and lower-cased, for emails).
+   */
   by: 'ip' | { field: string; caseless?: boolean }
   /** The configured allowance (platform.auth.rate-limit.*). */
   max: keyof Config['auth']['rateLimit']
@@ -35,7 +38,11 @@ export function limitsFor(
   return rules.map((rule) => {
     let value = request.ip
     if (rule.by !== 'ip') {
-      const field = String((request.body as Record<string, unknown> | undefined)?.[rule.by.field] ?? '')
+      // A dotted name reaches into an object of the body (`response.id`).
+      let found: unknown = request.body
+      for (const part of rule.by.field.split('.'))
+        found = (found as Record<string, unknown> | undefined)?.[part]
+      const field = typeof found === 'string' ? found : String(found ?? '')
       value = rule.by.caseless ? field.trim().toLowerCase() : field
     }
     return {

@@ -9,6 +9,9 @@ interface BuiltInTemplateData {
   password_changed: Record<string, never>
   otp_enabled: Record<string, never>
   otp_disabled: Record<string, never>
+  /** `name` is the passkey's, as its owner named it. */
+  passkey_added: { name: string }
+  passkey_removed: { name: string }
   /** `at` is an ISO-8601 instant. */
   new_device_login: { userAgent: string; ipAddress: string; at: string }
 }
@@ -161,6 +164,19 @@ const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplat
     subject: () => 'Two-factor authentication disabled',
     text: () => ['Two-factor authentication was disabled on your account.', '', SECURITY_FOOTER].join('\n'),
     body: () => html`<p>Two-factor authentication was disabled on your account.</p>
+<p>${SECURITY_FOOTER}</p>`,
+  },
+  passkey_added: {
+    subject: () => 'A passkey was added to your account',
+    text: (d) => [`A passkey named "${d.name}" was added to your account.`, '', SECURITY_FOOTER].join('\n'),
+    body: (d) => html`<p>A passkey named &ldquo;${d.name}&rdquo; was added to your account.</p>
+<p>${SECURITY_FOOTER}</p>`,
+  },
+  passkey_removed: {
+    subject: () => 'A passkey was removed from your account',
+    text: (d) =>
+      [`The passkey named "${d.name}" was removed from your account.`, '', SECURITY_FOOTER].join('\n'),
+    body: (d) => html`<p>The passkey named &ldquo;${d.name}&rdquo; was removed from your account.</p>
 <p>${SECURITY_FOOTER}</p>`,
   },
   new_device_login: {

@@ -6,6 +6,7 @@ import { deleteExpiredIdempotencyKeys } from '../../http/idempotency-store.ts'
 import { rateLimitRetention } from '../../http/rate-limit.ts'
 import type { ObjectStore } from '../../storage/port.ts'
 import { stagingKey } from '../files/index.ts'
+import { deleteExpiredChallenges } from '../passkeys/index.ts'
 import {
   deleteDeadRefreshTokens,
   deleteEndedSessions,
@@ -49,6 +50,8 @@ export function retentionRules(config: Config, deps: { store: ObjectStore }): Re
       name: 'idempotency_keys',
       sweep: (db, now) => deleteExpiredIdempotencyKeys(db, before(now, idempotencyKeys), BATCH),
     },
+    // A ceremony's challenge is used once or expires: nothing is kept past its expiry.
+    { name: 'passkey_challenges', sweep: (db, now) => deleteExpiredChallenges(db, now, BATCH) },
     rateLimitRetention,
   ]
 }

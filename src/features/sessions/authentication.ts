@@ -1,3 +1,4 @@
+import type { AuthenticationResponseJSON } from '@simplewebauthn/server'
 import type { Kysely } from 'kysely'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
@@ -10,16 +11,27 @@ import {
   settleLoginAttempt,
   updatePasswordHash,
 } from '../accounts/index.ts'
+import type { SignInMethod } from './service.ts'
+
+/** A signed passkey assertion answering an authentication challenge (src/features/passkeys). */
+export interface PasskeyAssertion {
+  challengeId: string
+  response: AuthenticationResponseJSON
+}
 
 export interface Credentials {
   username: string
   password: string
   otpCode?: string | undefined
+  /** A passkey assertion in place of the OTP code. */
+  passkey?: PasskeyAssertion | undefined
 }
 
 export interface AuthenticatedUser {
   userId: string
   organizationId: string
+  /** The factors given; 'password' when absent. */
+  signInMethod?: SignInMethod
 }
 
 /**
@@ -31,8 +43,15 @@ export interface CredentialAuthenticator {
   authenticate(credentials: Credentials): Promise<AuthenticatedUser | null>
 }
 
-/** Second-factor check used by the built-in authenticator; the TOTP feature supplies it (src/features/compose.ts). */
-export type SecondFactorCheck = (account: AccountRow, otpCode: string | undefined) => Promise<boolean>
+/**
+ * Second-factor check used by the built-in authenticator (bound in src/features/compose.ts): the
+ * TOTP code, or a passkey assertion. Resolves to the factor that passed, null when none was needed,
+ * false for a wrong code; throws for a refused assertion or OTP_REQUIRED.
+ */
+export type SecondFactorCheck = (
+  account: AccountRow,
+  given: { otpCode: string | undefined; passkey: PasskeyAssertion | undefined },
+) => Promise<'otp' | 'passkey' | null | false>
 
 export interface AccountAuthenticatorDeps {
   db: Kysely<Database>
@@ -57,7 +76,12 @@ export class AccountAuthenticator implements CredentialAuthenticator {
     this.#deps = deps
   }
 
-  async authenticate({ username, password, otpCode }: Credentials): Promise<AuthenticatedUser | null> {
+  async authenticate({
+    username,
+    password,
+    otpCode,
+    passkey,
+  }: Credentials): Promise<AuthenticatedUser | null> {
     const { db, clock, config, passwords } = this.#deps
     const now = clock.now()
     const { maxAttempts, durationMinutes } = config.auth.lockout
@@ -72,10 +96,11 @@ export class AccountAuthenticator implements CredentialAuthenticator {
     const { account } = claimed
     // A wrong password (or, below, a wrong code) stays counted as the claim counted it.
     if (!(await passwords.verify(account.password_hash, password))) return null
+    let factor: 'otp' | 'passkey' | null = null
     if (this.#deps.secondFactor) {
-      let passed: boolean
+      let passed: 'otp' | 'passkey' | null | false
       try {
-        passed = await this.#deps.secondFactor(account, otpCode)
+        passed = await this.#deps.secondFactor(account, { otpCode, passkey })
       } catch (error) {
         // OTP_REQUIRED: the password was right and no code was tried, so the attempt is given back.
         if (error instanceof AppError && error.code === 'OTP_REQUIRED') {
@@ -84,14 +109,17 @@ export class AccountAuthenticator implements CredentialAuthenticator {
         }
         throw error
       }
-      if (!passed) throw new AppError('INVALID_OTP', 'The one-time password is not valid')
+      if (passed === false) throw new AppError('INVALID_OTP', 'The one-time password is not valid')
+      factor = passed
     }
     // A burst past the limit locks the account for good: then even the right password is refused.
     if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear'))) throw locked(lockedUntil, now)
     if (passwords.needsRehash(account.password_hash)) {
       await updatePasswordHash(db, account.id, await passwords.hash(password), now)
     }
-    return { userId: account.id, organizationId: account.organization_id }
+    const signInMethod =
+      factor === 'otp' ? 'password+otp' : factor === 'passkey' ? 'password+passkey' : 'password'
+    return { userId: account.id, organizationId: account.organization_id, signInMethod }
   }
 }
 

@@ -50,3 +50,28 @@ export function clearSessionCookies(reply: FastifyReply, config: Config): void {
   })
   reply.header('cache-control', 'no-store')
 }
+
+/** The body of every answer that signs someone in: who, never a token. */
+export const sessionResponse = (session: IssuedSession) => ({
+  userId: session.userId,
+  organizationId: session.organizationId,
+  sessionId: session.sessionId,
+})
+
+/**
+ * A response that sets the session cookies: the access cookie (path `/`) and the refresh
+ * cookie (path `/api/auth`), both httpOnly; clients never read them.
+ */
+export function withSessionCookies<T extends { description?: string }>(schema: T) {
+  return {
+    description: schema.description ?? 'Signed in',
+    headers: {
+      'Set-Cookie': {
+        type: 'string',
+        description:
+          'The httpOnly access-token cookie (path /) and refresh-token cookie (path /api/auth), SameSite and Secure as configured (platform.auth.cookie.*)',
+      },
+    },
+    content: { 'application/json': { schema } },
+  }
+}

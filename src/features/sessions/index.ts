@@ -5,9 +5,15 @@ import type { Tx } from '../../db/schema.ts'
 import { revokeSessions } from './repository.ts'
 import sessionRoutes from './routes.ts'
 
-export { AccountAuthenticator, type CredentialAuthenticator } from './authentication.ts'
+export {
+  AccountAuthenticator,
+  type CredentialAuthenticator,
+  type PasskeyAssertion,
+} from './authentication.ts'
+export { sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
 export { NewDeviceNotice } from './new-device-notice.ts'
-export { SessionService } from './service.ts'
+export { PasskeyAssertionBody, SessionResponse } from './schemas.ts'
+export { SessionService, type SignInMethod } from './service.ts'
 export { SessionGate } from './session-gate.ts'
 export { accountSessionVersions, type SessionVersionProvider } from './session-version.ts'
 

@@ -20,6 +20,7 @@ export async function insertSessionWithRefreshToken(
     ipAddress: string | null
     tokenHash: string
     refreshExpiresAt: Date
+    signInMethod: string
   },
 ): Promise<SessionRow> {
   return db
@@ -34,6 +35,7 @@ export async function insertSessionWithRefreshToken(
           expires_at: values.expiresAt,
           user_agent: values.userAgent,
           ip_address: values.ipAddress,
+          sign_in_method: values.signInMethod,
         })
         .returningAll(),
     )

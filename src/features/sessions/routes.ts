@@ -2,7 +2,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { AppError, problemResponses } from '../../errors.ts'
 import { requireUser } from '../../principal.ts'
-import { clearSessionCookies, setSessionCookies } from './cookies.ts'
+import { clearSessionCookies, sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
 import {
   LoginRequest,
   NoContent,
@@ -13,31 +13,7 @@ import {
   SessionParams,
   SessionResponse,
 } from './schemas.ts'
-import type { IssuedSession } from './service.ts'
-
-const sessionResponse = (session: IssuedSession) => ({
-  userId: session.userId,
-  organizationId: session.organizationId,
-  sessionId: session.sessionId,
-})
-
-/**
- * A response that sets the session cookies: the access cookie (path `/`) and the refresh
- * cookie (path `/api/auth`), both httpOnly; clients never read them.
- */
-function withSessionCookies<T extends { description?: string }>(schema: T) {
-  return {
-    description: schema.description ?? 'Signed in',
-    headers: {
-      'Set-Cookie': {
-        type: 'string',
-        description:
-          'The httpOnly access-token cookie (path /) and refresh-token cookie (path /api/auth), SameSite and Secure as configured (platform.auth.cookie.*)',
-      },
-    },
-    content: { 'application/json': { schema } },
-  }
-}
+import type { SignInMethod } from './service.ts'
 
 const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(SessionItem)
@@ -64,17 +40,18 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
       schema: {
         tags: ['authentication'],
         operationId: 'login',
-        summary: 'Sign in with email and password (and OTP code when enabled); sets the session cookies',
+        summary:
+          'Sign in with email and password (and the OTP code or a passkey when OTP is on); sets the session cookies',
         body: LoginRequest,
         response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429) },
       },
     },
     async (request, reply) => {
-      const { username, password, otpCode } = request.body
-      const user = await app.services.authenticator.authenticate({ username, password, otpCode })
+      const { username, password, otpCode, passkey } = request.body
+      const user = await app.services.authenticator.authenticate({ username, password, otpCode, passkey })
       if (!user) throw new AppError('INVALID_CREDENTIALS', 'The email or password is not correct')
       const client = { userAgent: request.headers['user-agent'] ?? null, ipAddress: request.ip }
-      const session = await app.services.sessions.start(user, client)
+      const session = await app.services.sessions.start(user, client, user.signInMethod)
       app.background.run('new-device-check', () => app.services.newDeviceNotice.onLogin(user.userId, client))
       setSessionCookies(reply, config, session, clock.now())
       return sessionResponse(session)
@@ -209,6 +186,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         expiresAt: s.refresh_expires_at.toISOString(),
         userAgent: s.user_agent,
         ipAddress: s.ip_address,
+        signInMethod: s.sign_in_method as SignInMethod | null,
         current: s.id === user.sessionId,
       }))
     },

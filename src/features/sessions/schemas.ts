@@ -5,6 +5,41 @@ const DateTime = Type.String({ format: 'date-time' })
 /** Text looked up in the database: no control characters (PostgreSQL text refuses NUL). */
 const NO_CONTROLS = '^[^\\x00-\\x1f\\x7f]+$'
 
+const Base64Url = (maxLength: number) => Type.String({ pattern: '^[A-Za-z0-9_-]+$', maxLength })
+
+/** A passkey's signed answer to an authentication challenge, as `startAuthentication` returns it. */
+export const AuthenticationResponse = Type.Object(
+  {
+    id: Base64Url(1024),
+    rawId: Base64Url(1024),
+    type: Type.Literal('public-key'),
+    response: Type.Object(
+      {
+        clientDataJSON: Base64Url(8192),
+        authenticatorData: Base64Url(8192),
+        signature: Base64Url(2048),
+        userHandle: Type.Optional(Base64Url(256)),
+      },
+      { additionalProperties: false },
+    ),
+    authenticatorAttachment: Type.Optional(
+      Type.Union([Type.Literal('platform'), Type.Literal('cross-platform')]),
+    ),
+    clientExtensionResults: Type.Object({}, { additionalProperties: true }),
+  },
+  {
+    additionalProperties: false,
+    title: 'PasskeyAuthenticationResponse',
+    description: 'The authenticator assertion (WebAuthn AuthenticationResponseJSON)',
+  },
+)
+
+/** A passkey assertion: the challenge it answers and the authenticator's response. */
+export const PasskeyAssertionBody = Type.Object(
+  { challengeId: Uuid, response: AuthenticationResponse },
+  { additionalProperties: false, title: 'PasskeyAssertion' },
+)
+
 export const LoginRequest = Type.Object(
   {
     username: Type.String({
@@ -19,6 +54,16 @@ export const LoginRequest = Type.Object(
         maxLength: 64,
         description: 'TOTP code or unused backup code, when the account has OTP on',
       }),
+    ),
+    passkey: Type.Optional(
+      Type.Object(
+        { challengeId: Uuid, response: AuthenticationResponse },
+        {
+          additionalProperties: false,
+          description:
+            'In place of otpCode: a passkey of the account answering a challenge from POST /api/auth/passkeys/authentication/options',
+        },
+      ),
     ),
   },
   {
@@ -46,6 +91,16 @@ export const SessionItem = Type.Object(
     expiresAt: DateTime,
     userAgent: Type.Union([Type.String(), Type.Null()]),
     ipAddress: Type.Union([Type.String(), Type.Null()]),
+    signInMethod: Type.Union(
+      [
+        Type.Literal('password'),
+        Type.Literal('password+otp'),
+        Type.Literal('password+passkey'),
+        Type.Literal('passkey'),
+        Type.Null(),
+      ],
+      { description: 'The factors the session was signed in with; null for sessions older than this field' },
+    ),
     current: Type.Boolean({ description: 'True for the session of the calling access token' }),
   },
   { $id: 'SessionItem', title: 'SessionItem', description: 'An active session of the signed-in user' },

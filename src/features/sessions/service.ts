@@ -26,6 +26,9 @@ export interface IssuedSession {
   refreshToken: { raw: string; expiresAt: Date }
 }
 
+/** How a session was signed in to: the factors it was given. */
+export type SignInMethod = 'password' | 'password+otp' | 'password+passkey' | 'passkey'
+
 export interface ClientInfo {
   userAgent: string | null
   ipAddress: string | null
@@ -88,7 +91,11 @@ export class SessionService {
     })
   }
 
-  async start(user: { userId: string; organizationId: string }, client: ClientInfo): Promise<IssuedSession> {
+  async start(
+    user: { userId: string; organizationId: string },
+    client: ClientInfo,
+    signInMethod: SignInMethod = 'password',
+  ): Promise<IssuedSession> {
     const { db, clock, config } = this.#deps
     const now = clock.now()
     const refresh = newOpaqueToken()
@@ -102,6 +109,7 @@ export class SessionService {
       ipAddress: client.ipAddress,
       tokenHash: refresh.hash,
       refreshExpiresAt: this.#refreshExpiry(now, expiresAt),
+      signInMethod,
     })
     return this.#issued(session, refresh.raw, this.#refreshExpiry(now, session.expires_at))
   }
