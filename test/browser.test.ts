@@ -269,11 +269,11 @@ describe('in Chromium', () => {
     // Without the code the sign-in is refused with the catalogue's code; with it, it works.
     await page.getByLabel('Email').first().fill(user.email)
     await page.getByLabel('Password').fill(user.password)
-    await page.getByRole('button', { name: 'Sign in' }).click()
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click()
     await expect.poll(() => page.locator('#error').textContent()).toContain('OTP_REQUIRED')
     t.clock.advanceSeconds(30) // a code not used before
     await page.getByLabel('One-time code').fill(totp.generate({ timestamp: t.clock.now().getTime() }))
-    await page.getByRole('button', { name: 'Sign in' }).click()
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click()
     await expect.poll(() => page.locator('#who').textContent()).toContain('Signed in')
     await context.close()
   })

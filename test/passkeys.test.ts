@@ -93,6 +93,8 @@ describe('registering a passkey', () => {
       userVerification: 'required',
     })
     expect(options.attestation).toBe('none')
+    // EdDSA, ES256, RS256, whatever algorithms the runtime could verify.
+    expect(options.pubKeyCredParams.map((p: { alg: number }) => p.alg)).toEqual([-8, -7, -257])
     expect(options.rp).toEqual({ name: 'Platform', id: RP_ID })
     expect(options.excludeCredentials.map((c: { id: string }) => c.id)).toEqual([
       authenticator.credentials[0]?.id.toString('base64url'),
@@ -202,6 +204,14 @@ describe('signing in with a passkey', () => {
     const assertion = authenticator.get(options)
     expect((await signInWithPasskey(challengeId, assertion)).statusCode).toBe(200)
     expectProblem(await signInWithPasskey(challengeId, assertion), 401, 'PASSKEY_CHALLENGE_INVALID')
+  })
+
+  it('reads a signature of several kilobytes (post-quantum sizes) and refuses it as a bad assertion, not a bad request', async () => {
+    const { authenticator } = await signedUpWithPasskey()
+    const { challengeId, options } = await authenticationOptions()
+    const assertion = authenticator.get(options)
+    assertion.response.signature = Buffer.alloc(2420, 7).toString('base64url')
+    expectProblem(await signInWithPasskey(challengeId, assertion), 401, 'PASSKEY_INVALID')
   })
 
   it('refuses an expired challenge, and one of another ceremony', async () => {

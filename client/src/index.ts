@@ -1,3 +1,12 @@
+import {
+  browserSupportsWebAuthn,
+  browserSupportsWebAuthnAutofill,
+  type PublicKeyCredentialCreationOptionsJSON,
+  type PublicKeyCredentialRequestOptionsJSON,
+  startAuthentication,
+  startRegistration,
+  WebAuthnAbortService,
+} from '@simplewebauthn/browser'
 import createClient, { type Client } from 'openapi-fetch'
 import type { components, paths } from './schema.ts'
 
@@ -11,13 +20,20 @@ import type { components, paths } from './schema.ts'
 //   cookie (with the service's default, strict rotation, that would revoke the session);
 // - uploads: initiate, PUT straight to the store with progress, confirm (one retry on
 //   UPLOAD_NOT_FOUND after 400 ms);
-// - errors as PlatformError carrying the catalogue's `code`.
+// - passkeys through @simplewebauthn/browser: adding, listing, renaming and removing the signed-in
+//   user's; signing in with one alone (a button, or the browser's autofill: conditional UI, which
+//   any other sign-in of this client ends), or giving one to login() in place of the OTP code;
+// - errors as PlatformError carrying the catalogue's `code`; the browser's own refusals of a passkey
+//   ceremony as @simplewebauthn/browser's WebAuthnError (its `code`, e.g. ERROR_CEREMONY_ABORTED).
 
 export type Schemas = components['schemas']
 export type Problem = Schemas['Problem']
 export type ErrorCode = Problem['code']
 export type SessionResponse = Schemas['SessionResponse']
 export type FileRecord = Schemas['FileRecord']
+export type PasskeyRecord = Schemas['PasskeyRecord']
+/** A passkey's answer to a challenge: `passkey` of login(), or the body of a passkey sign-in. */
+export type PasskeyAssertion = Schemas['PasskeyAssertion']
 export type PlatformApi = Client<paths>
 export type { components, paths }
 
@@ -67,7 +83,40 @@ export interface UploadOptions {
   onProgress?: (sent: number, total: number) => void
 }
 
-const AUTH_PATHS = ['/api/auth/login', '/api/auth/refresh']
+/** Whether this browser can use passkeys at all (WebAuthn). */
+export const passkeysSupported = (): boolean => browserSupportsWebAuthn()
+
+/** Whether an error is a passkey ceremony ended by another one or by cancelPasskeyCeremony(). */
+export const isPasskeyCeremonyAborted = (error: unknown): boolean =>
+  (error as { code?: unknown } | null)?.code === 'ERROR_CEREMONY_ABORTED' ||
+  (error as { name?: unknown } | null)?.name === 'AbortError'
+
+export interface PasskeyLoginOptions {
+  /** Username-first: only this account's passkeys may answer. Without it, any of this site's. */
+  username?: string
+  /**
+   * Conditional UI: the browser offers the passkeys in the autofill of an input whose autocomplete
+   * ends in `webauthn`, and the promise settles once the user picks one (usernameless: `username` is
+   * not used). Ended, rejecting with ERROR_CEREMONY_ABORTED, by any sign-in of this client, another
+   * passkey ceremony, or cancelPasskeyCeremony(). Rejects before asking the service for a challenge
+   * where the browser offers no passkey autofill.
+   */
+  conditional?: boolean
+}
+
+/** The signed-in user's passkeys. */
+export interface PasskeyApi {
+  /** Creates a passkey on an authenticator of this device and keeps it under `name`. */
+  register(name?: string): Promise<PasskeyRecord>
+  /** Oldest first. */
+  list(): Promise<PasskeyRecord[]>
+  rename(id: string, name: string): Promise<PasskeyRecord>
+  remove(id: string): Promise<void>
+}
+
+// A 401 from these is the answer itself (wrong password, refused passkey), never an expired
+// access token: no refresh, and no retry, which would present a used challenge again.
+const AUTH_PATHS = ['/api/auth/login', '/api/auth/refresh', '/api/auth/passkeys/authentication']
 const CONFIRM_RETRY_MS = 400
 
 export interface PlatformClient {
@@ -87,7 +136,18 @@ export interface PlatformClient {
    * posted straight to /api/auth/login) calls refresh() instead, which always asks the service.
    */
   restoreSession(): Promise<SessionState>
+  /** Password sign-in; `passkey` (from passkeyAssertion()) stands in for the OTP code. */
   login(body: Schemas['LoginRequest']): Promise<SessionResponse>
+  /** Signs in with a passkey alone: usernameless, username-first, or through the autofill. */
+  loginWithPasskey(options?: PasskeyLoginOptions): Promise<SessionResponse>
+  /**
+   * A passkey's answer to a fresh challenge (for this account's passkeys when `username` is given),
+   * to put in login()'s body as `passkey`.
+   */
+  passkeyAssertion(username?: string): Promise<PasskeyAssertion>
+  /** Ends the passkey ceremony under way, if any (its promise rejects with ERROR_CEREMONY_ABORTED). */
+  cancelPasskeyCeremony(): void
+  readonly passkeys: PasskeyApi
   logout(): Promise<void>
   /** Serialised across tabs; resolves to whether a session is live afterwards. */
   refresh(): Promise<boolean>
@@ -95,6 +155,8 @@ export interface PlatformClient {
   /** Stops listening to the other tabs. */
   close(): void
 }
+
+const named = (name: string, message: string) => Object.assign(new Error(message), { name })
 
 /** Throws PlatformError unless the openapi-fetch result is a success; returns its data. */
 export function unwrap<T>(result: { data?: T; error?: unknown; response: Response }): T {
@@ -112,11 +174,15 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
     typeof BroadcastChannel === 'undefined' ? undefined : new BroadcastChannel(`${name}:session`)
   let state: SessionState = { status: 'unknown' }
   let inflight: Promise<boolean> | undefined
+  // The conditional-UI ceremony under way, if any: a sign-in by any other way ends it.
+  let autofill: object | undefined
   // Without shared storage (outside a browser), this tab's own refreshes are all there is.
   let lastRefreshInTab = 0
 
   const setState = (next: SessionState) => {
     state = next
+    // Signed in, by whatever way and in whichever tab: the autofill's offer of passkeys is moot.
+    if (next.status === 'signed-in' && autofill) WebAuthnAbortService.cancelCeremony()
     options.onSessionChange?.(next)
   }
   const announce = (message: Broadcast) => channel?.postMessage(message)
@@ -146,6 +212,14 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
   /** The session is over: the next page's restoreSession() asks nothing. */
   const forgetSession = () => storage()?.removeItem(refreshedAtKey)
 
+  /** A sign-in or refresh the service answered: this tab and the others are signed in. */
+  const signedIn = (session: SessionResponse): SessionResponse => {
+    markRefreshed()
+    setState({ status: 'signed-in', session })
+    announce({ type: 'signed-in', session })
+    return session
+  }
+
   /** Runs `task` holding the tabs' refresh lock (in this tab only when Web Locks are missing). */
   const exclusive = <T>(task: () => Promise<T>): Promise<T> => {
     const locks = globalThis.navigator?.locks
@@ -158,10 +232,7 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
       credentials: 'include',
     })
     if (response.ok) {
-      const session = (await response.json()) as SessionResponse
-      markRefreshed()
-      setState({ status: 'signed-in', session })
-      announce({ type: 'signed-in', session })
+      signedIn((await response.json()) as SessionResponse)
       return true
     }
     const problem = (await response.json().catch(() => undefined)) as Problem | undefined
@@ -206,6 +277,63 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
 
   const api = createClient<paths>({ baseUrl, fetch: authFetch, credentials: 'include' })
 
+  /** Asks the service for a challenge and the browser for a passkey's answer to it. */
+  const assertion = async (username: string | undefined, conditional: boolean): Promise<PasskeyAssertion> => {
+    if (conditional && !(await browserSupportsWebAuthnAutofill()))
+      throw named('NotSupportedError', 'This browser offers no passkeys in its autofill')
+    const { challengeId, options: optionsJSON } = unwrap(
+      await api.POST('/api/auth/passkeys/authentication/options', {
+        body: username === undefined || conditional ? {} : { username },
+      }),
+    )
+    // Signed in meanwhile (the password, another tab): no autofill to offer any more.
+    if (conditional && state.status === 'signed-in') throw named('AbortError', 'Signed in another way')
+    const ceremony = {}
+    if (conditional) autofill = ceremony
+    try {
+      const response = await startAuthentication({
+        // The service's options are WebAuthn's JSON; the document types their members loosely.
+        optionsJSON: optionsJSON as PublicKeyCredentialRequestOptionsJSON,
+        useBrowserAutofill: conditional,
+      })
+      // The same JSON; the document types clientExtensionResults as an open object.
+      return { challengeId, response: response as PasskeyAssertion['response'] }
+    } finally {
+      if (autofill === ceremony) autofill = undefined
+    }
+  }
+
+  const passkeys: PasskeyApi = {
+    async register(passkeyName) {
+      const optionsJSON = unwrap(await api.POST('/api/auth/passkeys/registration/options'))
+      const response = await startRegistration({
+        optionsJSON: optionsJSON as PublicKeyCredentialCreationOptionsJSON,
+      })
+      return unwrap(
+        await api.POST('/api/auth/passkeys/registration', {
+          body: {
+            response: response as Schemas['PasskeyRegistration']['response'],
+            ...(passkeyName?.trim() ? { name: passkeyName.trim() } : {}),
+          },
+        }),
+      )
+    },
+    async list() {
+      return unwrap(await api.GET('/api/auth/passkeys')).items
+    },
+    async rename(passkeyId, passkeyName) {
+      return unwrap(
+        await api.PATCH('/api/auth/passkeys/{passkeyId}', {
+          params: { path: { passkeyId } },
+          body: { name: passkeyName },
+        }),
+      )
+    },
+    async remove(passkeyId) {
+      unwrap(await api.DELETE('/api/auth/passkeys/{passkeyId}', { params: { path: { passkeyId } } }))
+    },
+  }
+
   const putWithProgress = (url: string, headers: Record<string, string>, options: UploadOptions) =>
     new Promise<void>((resolve, reject) => {
       if (typeof XMLHttpRequest === 'undefined') {
@@ -249,12 +377,17 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
       return state
     },
     async login(body) {
-      const session = unwrap(await api.POST('/api/auth/login', { body }))
-      markRefreshed()
-      setState({ status: 'signed-in', session })
-      announce({ type: 'signed-in', session })
-      return session
+      return signedIn(unwrap(await api.POST('/api/auth/login', { body })))
     },
+    async loginWithPasskey({ username, conditional = false } = {}) {
+      const body = await assertion(username, conditional)
+      return signedIn(unwrap(await api.POST('/api/auth/passkeys/authentication', { body })))
+    },
+    passkeyAssertion: (username) => assertion(username, false),
+    cancelPasskeyCeremony() {
+      WebAuthnAbortService.cancelCeremony()
+    },
+    passkeys,
     async logout() {
       await api.POST('/api/auth/logout')
       forgetSession()

@@ -1,7 +1,10 @@
 import createClient from 'openapi-fetch'
 import {
   createPlatformClient,
-  type PlatformError,
+  isPasskeyCeremonyAborted,
+  type PasskeyRecord,
+  PlatformError,
+  passkeysSupported,
   type SessionState,
   unwrap,
 } from '../../client/src/index.ts'
@@ -12,32 +15,48 @@ import type { paths as ResourcePaths } from './resources.schema.ts'
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T
 const text = (value: unknown) => document.createTextNode(String(value ?? ''))
-const row = (...cells: (string | Node)[]) => {
+const row = (...cells: (string | Node | Node[])[]) => {
   const tr = document.createElement('tr')
   for (const cell of cells) {
     const td = document.createElement('td')
-    td.append(typeof cell === 'string' ? text(cell) : cell)
+    td.append(...(typeof cell === 'string' ? [text(cell)] : Array.isArray(cell) ? cell : [cell]))
     tr.append(td)
   }
   return tr
 }
-const button = (label: string, onClick: () => Promise<void>) => {
+/** Fills the body of a `table.stack`; on a narrow screen each cell shows its column's heading. */
+const fillStacked = (tbody: HTMLElement, rows: HTMLTableRowElement[]) => {
+  const headings = [...((tbody.parentElement as HTMLTableElement).tHead?.rows[0]?.cells ?? [])].map(
+    (th) => th.textContent ?? '',
+  )
+  for (const tr of rows) for (const td of tr.cells) td.dataset.label = headings[td.cellIndex] ?? ''
+  tbody.replaceChildren(...rows)
+}
+const button = (label: string, onClick: () => Promise<void>, errorsIn = 'error') => {
   const b = document.createElement('button')
   b.type = 'button'
   b.textContent = label
-  b.addEventListener('click', () => guard(onClick))
+  b.addEventListener('click', () => guard(onClick, errorsIn))
   return b
 }
-const showError = (message: string) => {
-  $('error').textContent = message
+const showError = (message: string, where = 'error') => {
+  $(where).textContent = message
 }
-async function guard(task: () => Promise<void>) {
-  showError('')
+/** The catalogue's code (or the browser's, for a passkey ceremony) and the problem's detail. */
+function describe(error: unknown): string {
+  const failure = error as { code?: string; name?: string; message?: string }
+  // The browser's own reason, when @simplewebauthn/browser passes it through unnamed.
+  const code = failure.code === 'ERROR_PASSTHROUGH_SEE_CAUSE_PROPERTY' ? failure.name : failure.code
+  return code ? `${code}: ${failure.message}` : String(error)
+}
+/** Runs `task`, showing its failure in the alert `where` (the page's, unless a section has one). */
+async function guard(task: () => Promise<void>, where = 'error') {
+  showError('', where)
   try {
     await task()
   } catch (error) {
-    const failure = error as PlatformError
-    showError(failure.code ? `${failure.code}: ${failure.message}` : String(error))
+    // A passkey ceremony ended by the next one the user started is no failure.
+    if (!isPasskeyCeremonyAborted(error)) showError(describe(error), where)
   }
 }
 const form = (id: string) => new FormData($<HTMLFormElement>(id))
@@ -48,6 +67,10 @@ const { api } = platform
 
 let selected: string | undefined
 let cursor: string | null = null
+let autofillOffered = false
+
+for (const element of document.querySelectorAll<HTMLElement>('.passkey-only'))
+  element.hidden = !passkeysSupported()
 
 function render(state: SessionState) {
   const signedIn = state.status === 'signed-in'
@@ -61,20 +84,45 @@ function render(state: SessionState) {
           ? 'Signed out: this session was used elsewhere'
           : 'Signed out'
         : 'Restoring session…'
-  if (signedIn) void guard(loadAll)
+  if (signedIn) {
+    // Nothing typed into the sign-in form stays in the page, the password least of all.
+    $<HTMLFormElement>('login-form').reset()
+    void guard(loadAll)
+  }
+  if (state.status === 'signed-out') void offerPasskeyAutofill()
+}
+
+/**
+ * While the sign-in form shows, the email field's autofill offers this site's passkeys; picking one
+ * signs in. Any other sign-in ends the offer (the client aborts the ceremony).
+ */
+async function offerPasskeyAutofill() {
+  if (autofillOffered || platform.state.status !== 'signed-out' || !passkeysSupported()) return
+  autofillOffered = true
+  try {
+    await platform.loginWithPasskey({ conditional: true })
+  } catch (error) {
+    // The browser's endings (no autofill, no passkey picked, aborted for another sign-in) are none
+    // of the user's doing; the service's refusal of a picked passkey is shown.
+    if (error instanceof PlatformError) showError(describe(error))
+  } finally {
+    autofillOffered = false
+  }
 }
 
 async function loadAll() {
-  await Promise.all([loadSessions(), loadPurchaseRequests(true), loadAdmin()])
+  await Promise.all([loadSessions(), loadPasskeys(), loadPurchaseRequests(true), loadAdmin()])
 }
 
 async function loadSessions() {
   const sessions = unwrap(await api.GET('/api/auth/sessions'))
-  $('sessions').replaceChildren(
-    ...sessions.map((s) =>
+  fillStacked(
+    $('sessions'),
+    sessions.map((s) =>
       row(
         `${s.userAgent ?? 'unknown device'}${s.current ? ' (this one)' : ''}`,
         s.ipAddress ?? '',
+        s.signInMethod ?? '',
         new Date(s.lastUsedAt).toLocaleString(),
         s.current
           ? ''
@@ -89,6 +137,101 @@ async function loadSessions() {
       ),
     ),
   )
+}
+
+const when = (iso: string | null) => (iso ? new Date(iso).toLocaleString() : 'never')
+
+async function loadPasskeys() {
+  const section = $('passkeys-section')
+  if (section.hidden) return
+  section.setAttribute('aria-busy', 'true')
+  $('passkeys-status').textContent = 'Loading passkeys…'
+  await guard(async () => {
+    let items: PasskeyRecord[]
+    try {
+      items = await platform.passkeys.list()
+    } catch (error) {
+      $('passkeys').replaceChildren()
+      $('passkeys-status').textContent = 'The passkeys could not be loaded.'
+      throw error
+    } finally {
+      section.removeAttribute('aria-busy')
+    }
+    fillStacked($('passkeys'), items.map(passkeyRow))
+    $('passkeys-status').textContent =
+      items.length === 0
+        ? 'No passkeys yet: add one to sign in without a password.'
+        : `${items.length} passkey${items.length === 1 ? '' : 's'}`
+  }, 'passkeys-error')
+}
+
+function passkeyRow(passkey: PasskeyRecord) {
+  const rename = button('Rename', async () => renamePasskey(tr, passkey), 'passkeys-error')
+  const remove = button(
+    'Remove',
+    async () => {
+      // The list is shown afresh either way: a passkey removed elsewhere is gone from it too.
+      try {
+        await platform.passkeys.remove(passkey.id)
+      } finally {
+        await loadPasskeys()
+      }
+    },
+    'passkeys-error',
+  )
+  // Told apart by the passkey's name, for a screen reader's list of buttons.
+  rename.setAttribute('aria-label', `Rename ${passkey.name}`)
+  remove.setAttribute('aria-label', `Remove ${passkey.name}`)
+  const tr = row(passkey.name, when(passkey.createdAt), when(passkey.lastUsedAt), [rename, remove])
+  tr.dataset.id = passkey.id
+  return tr
+}
+
+/** The Rename button of a passkey's row, where the keyboard goes back to after its editor. */
+const renameButtonOf = (id: string) =>
+  document.querySelector<HTMLButtonElement>(`#passkeys tr[data-id="${CSS.escape(id)}"] button`)
+
+/** Swaps the passkey's name for a small form; Escape or Cancel puts it back. */
+function renamePasskey(tr: HTMLTableRowElement, passkey: PasskeyRecord) {
+  const cell = tr.cells[0]
+  if (!cell || cell.querySelector('form')) return
+  const editor = document.createElement('form')
+  editor.className = 'inline'
+  const label = document.createElement('label')
+  const input = document.createElement('input')
+  input.name = 'name'
+  input.required = true
+  input.maxLength = 100
+  input.value = passkey.name
+  label.append(text(`New name for ${passkey.name} `), input)
+  const save = document.createElement('button')
+  save.type = 'submit'
+  save.textContent = 'Save'
+  const cancel = document.createElement('button')
+  cancel.type = 'button'
+  cancel.textContent = 'Cancel'
+  const close = () => {
+    cell.replaceChildren(text(passkey.name))
+    renameButtonOf(passkey.id)?.focus()
+  }
+  cancel.addEventListener('click', close)
+  editor.addEventListener('keydown', (event) => {
+    if (event.key === 'Escape') close()
+  })
+  editor.addEventListener('submit', (event) => {
+    event.preventDefault()
+    void guard(async () => {
+      try {
+        await platform.passkeys.rename(passkey.id, input.value.trim())
+      } finally {
+        await loadPasskeys()
+        renameButtonOf(passkey.id)?.focus()
+      }
+    }, 'passkeys-error')
+  })
+  editor.append(label, save, cancel)
+  cell.replaceChildren(editor)
+  input.select()
 }
 
 async function loadPurchaseRequests(first: boolean) {
@@ -182,14 +325,52 @@ async function loadAdmin() {
 $('login-form').addEventListener('submit', (event) => {
   event.preventDefault()
   const data = form('login-form')
+  const username = String(data.get('username'))
   const otpCode = String(data.get('otpCode') ?? '').trim()
+  // "Sign in with password and passkey": a passkey of the account in place of the one-time code.
+  const withPasskey = (event as SubmitEvent).submitter?.getAttribute('value') === 'passkey'
   void guard(async () => {
-    await platform.login({
-      username: String(data.get('username')),
-      password: String(data.get('password')),
-      ...(otpCode ? { otpCode } : {}),
-    })
+    try {
+      await platform.login({
+        username,
+        password: String(data.get('password')),
+        ...(withPasskey
+          ? { passkey: await platform.passkeyAssertion(username) }
+          : otpCode
+            ? { otpCode }
+            : {}),
+      })
+    } finally {
+      // That ceremony ended the autofill's; offered again while still signed out.
+      if (withPasskey) void offerPasskeyAutofill()
+    }
   })
+})
+$('passkey-login').addEventListener('click', () =>
+  guard(async () => {
+    const username = String(form('login-form').get('username') ?? '').trim()
+    try {
+      await platform.loginWithPasskey(username ? { username } : {})
+    } finally {
+      void offerPasskeyAutofill()
+    }
+  }),
+)
+$('passkey-add-form').addEventListener('submit', (event) => {
+  event.preventDefault()
+  const add = $<HTMLFormElement>('passkey-add-form')
+  const submit = add.querySelector('button') as HTMLButtonElement
+  void guard(async () => {
+    submit.disabled = true
+    $('passkeys-status').textContent = 'Waiting for the authenticator…'
+    try {
+      await platform.passkeys.register(String(form('passkey-add-form').get('name') ?? ''))
+      add.reset()
+    } finally {
+      submit.disabled = false
+      await loadPasskeys()
+    }
+  }, 'passkeys-error')
 })
 $('logout').addEventListener('click', () => guard(() => platform.logout()))
 $('logout-all').addEventListener('click', () =>

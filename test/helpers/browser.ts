@@ -63,7 +63,7 @@ export async function signInThroughConsole(page: Page, base: string, user: TestU
   await page.goto(base)
   await page.getByLabel('Email').first().fill(user.email)
   await page.getByLabel('Password').fill(user.password)
-  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click()
   await expect.poll(() => page.locator('#who').textContent()).toContain('Signed in')
 }
 

@@ -74,6 +74,7 @@ export function counterAcceptable(stored: number, presented: number): boolean {
 }
 
 const DECOY_BYTES = 32
+const SUPPORTED_ALGORITHMS = [-8, -7, -257]
 const DECOY_TRANSPORTS = ['hybrid', 'internal']
 
 /** The WebAuthn user handle of an account: the 16 bytes of its UUID. */
@@ -129,6 +130,8 @@ export class PasskeyService {
         requireResidentKey: true,
         userVerification: 'required',
       },
+      // EdDSA, ES256, RS256: what authenticators offer today, the same whatever the runtime supports.
+      supportedAlgorithmIDs: SUPPORTED_ALGORITHMS,
     })
     const now = clock.now()
     await insertChallenge(db, {

@@ -17,7 +17,8 @@ export const AuthenticationResponse = Type.Object(
       {
         clientDataJSON: Base64Url(8192),
         authenticatorData: Base64Url(8192),
-        signature: Base64Url(2048),
+        // Post-quantum signatures (ML-DSA) run to several kilobytes.
+        signature: Base64Url(8192),
         userHandle: Type.Optional(Base64Url(256)),
       },
       { additionalProperties: false },
