@@ -12,7 +12,7 @@ import type { Kysely } from 'kysely'
 import type { Clock } from '../../clock.ts'
 import { type Config, jwtSecrets } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
-import type { Database } from '../../db/schema.ts'
+import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
 import type { UserPrincipal } from '../../principal.ts'
@@ -198,16 +198,7 @@ export class PasskeyService {
           throw new AppError('PASSKEY_EXISTS', 'This authenticator is registered already')
         throw error
       }
-      await enqueueMail(
-        trx,
-        {
-          template: 'passkey_added',
-          to: account.email,
-          data: { name: row.name },
-          organizationId: account.organization_id,
-        },
-        now,
-      )
+      await securityEmail(trx, account, 'passkey_added', row.name, now)
       return toPasskeyRecord(row)
     })
   }
@@ -228,18 +219,7 @@ export class PasskeyService {
       const row = await deletePasskey(trx, user.userId, id)
       if (!row) throw new AppError('NOT_FOUND', 'No such passkey')
       const account = await findAccount(trx, user.userId)
-      if (account) {
-        await enqueueMail(
-          trx,
-          {
-            template: 'passkey_removed',
-            to: account.email,
-            data: { name: row.name },
-            organizationId: account.organization_id,
-          },
-          clock.now(),
-        )
-      }
+      if (account) await securityEmail(trx, account, 'passkey_removed', row.name, clock.now())
     })
   }
 
@@ -364,5 +344,19 @@ export class PasskeyService {
     return passkey
   }
 }
+
+/** Tells the account's owner, through the mail outbox in the caller's transaction. */
+const securityEmail = (
+  trx: Tx,
+  account: { email: string; organization_id: string },
+  template: 'passkey_added' | 'passkey_removed',
+  name: string,
+  now: Date,
+) =>
+  enqueueMail(
+    trx,
+    { template, to: account.email, data: { name }, organizationId: account.organization_id },
+    now,
+  )
 
 const defaultName = (now: Date) => `Passkey added ${now.toISOString().slice(0, 10)}`
