@@ -18,6 +18,7 @@ const t = useTestApp({
     ...FAST_LOGIN_CONFIG,
     'platform.auth.rate-limit.refresh-per-minute': '100000',
     'platform.auth.rate-limit.reset-per-hour': '100000',
+    'platform.auth.rate-limit.passkey-options-per-minute': '100000',
   },
 })
 
@@ -180,6 +181,7 @@ describe('route guard', () => {
   // the API documentation. Everything else is closed.
   const PUBLIC = [
     /^\/api\/auth\/(login|refresh|logout|service-token|password-reset\/request|password-reset\/confirm)$/,
+    /^\/api\/auth\/passkeys\/authentication(\/options)?$/,
     /^\/health\/(live|ready)$/,
     /^\/$/,
     /^\/metrics$/,
