@@ -318,7 +318,16 @@ describe('session management', () => {
     expect(items.map((s) => s.sessionId)).not.toContain(loggedOut.sessionId)
     for (const item of items) {
       expect(Object.keys(item).toSorted()).toEqual(
-        ['sessionId', 'createdAt', 'lastUsedAt', 'expiresAt', 'userAgent', 'ipAddress', 'current'].toSorted(),
+        [
+          'sessionId',
+          'createdAt',
+          'lastUsedAt',
+          'expiresAt',
+          'userAgent',
+          'ipAddress',
+          'signInMethod',
+          'current',
+        ].toSorted(),
       )
     }
     expect(items.filter((s) => s.current === true)).toHaveLength(1)
@@ -331,6 +340,7 @@ describe('session management', () => {
       expiresAt: new Date(now.getTime() + 30 * DAY * 1000).toISOString(),
       userAgent: 'Phone/2.0',
       ipAddress: '203.0.113.9',
+      signInMethod: 'password',
       current: true,
     })
     expect(items.find((s) => s.sessionId === laptop.sessionId)).toMatchObject({
