@@ -16,6 +16,7 @@ import dbPlugin from './db/plugin.ts'
 import type { EventBus } from './events.ts'
 import type { PasswordResetHandler } from './features/accounts/index.ts'
 import accountsFeature from './features/accounts/index.ts'
+import auditEventsFeature from './features/audit-events/index.ts'
 import filesFeature from './features/files/index.ts'
 import organizationsFeature from './features/organizations/index.ts'
 import passkeysFeature from './features/passkeys/index.ts'
@@ -321,6 +322,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(organizationsFeature)
   await app.register(filesFeature)
   await app.register(purchaseRequestsFeature)
+  await app.register(auditEventsFeature)
   if (deps.console) {
     if (config.profile === 'production') throw new Error('the demo console is not served under production')
     // Loaded only when asked for: it bundles the console with esbuild, a development dependency.

@@ -3,6 +3,7 @@
 import { parseArgs } from 'node:util'
 import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.ts'
+import { SYSTEM_CHAIN, verifyStoredChain } from './audit/index.ts'
 import { authzInit } from './authz/init.ts'
 import { type ConfigSource, configFromEnv, loadConfig } from './config.ts'
 import { migrateToLatest } from './db/migrator.ts'
@@ -23,6 +24,15 @@ interface Command {
 }
 
 class UsageError extends Error {}
+
+/** A command's own failure, with the code stderr reports (exit 1). */
+class CommandFailure extends Error {
+  readonly code: string
+  constructor(code: string, message: string) {
+    super(message)
+    this.code = code
+  }
+}
 
 function required(values: Record<string, string | boolean | undefined>, name: string): string {
   const value = values[name]
@@ -190,6 +200,24 @@ const commands: Record<string, Command> = {
     options: { 'client-id': { type: 'string' } },
     run: async (app, values) => app.services.serviceAccounts.disable(required(values, 'client-id')),
   },
+  'audit verify': {
+    usage: 'audit verify --org ORG|system',
+    migrateOnStart: true,
+    options: { org: { type: 'string' } },
+    // Recomputes the organization's chain; a broken one names its first bad sequence and fails.
+    run: async (app, values) => {
+      const org = required(values, 'org')
+      if (org !== SYSTEM_CHAIN && !isUuid(org))
+        throw new UsageError('--org must be an organization id (UUID) or system')
+      const result = await verifyStoredChain(app.db, app.services.audit.keys, org)
+      if (!result.ok)
+        throw new CommandFailure(
+          'AUDIT_CHAIN_BROKEN',
+          `The audit chain of ${org} breaks at sequence ${result.sequence}: ${result.reason}`,
+        )
+      return { chain: org, events: result.events, head: result.head }
+    },
+  },
   'outbox status': {
     usage: 'outbox status [--limit N]',
     migrateOnStart: true,
@@ -307,7 +335,7 @@ try {
   await main(process.argv.slice(2))
 } catch (error) {
   if (error instanceof UsageError) fail('USAGE', `${error.message}\n${usage()}`)
-  if (error instanceof AppError) fail(error.code, error.message)
+  if (error instanceof AppError || error instanceof CommandFailure) fail(error.code, error.message)
   if (error instanceof Error && error.name === 'ConfigError') fail('CONFIGURATION_INVALID', error.message)
   if (error instanceof Error && error.name === 'EmbeddedDatabaseBusyError')
     fail('DATABASE_HELD', error.message)

@@ -156,6 +156,12 @@ export const ConfigSchema = Type.Object({
     smtp: Type.Object({ url: Url() }),
     from: Text('no-reply@localhost'),
   }),
+  audit: Type.Object({
+    /** base64, at least 256 bits; unset: derived from the JWT secrets (and rotated with them). */
+    chainKey: OptionalText(),
+    /** Earlier chain keys, still accepted when verifying the events they hashed. */
+    previousKeys: List([]),
+  }),
   docs: Type.Object({ enabled: Type.Optional(Type.Boolean()) }),
   metrics: Type.Object({
     /** When set, GET /metrics needs `Authorization: Bearer <token>`; under production it is required. */
@@ -172,6 +178,8 @@ export const ConfigSchema = Type.Object({
     pendingUploads: Duration('1d'),
     /** Idempotency-Key answers (a retry within 24 h gets the first answer). */
     idempotencyKeys: Duration('24h'),
+    /** Audit events; what remains still verifies from its first event. */
+    auditEvents: Duration('400d'),
   }),
 })
 
@@ -353,6 +361,15 @@ function propertyOfInstancePath(instancePath: string): string {
 export const PREVIOUS_SECRETS = 'platform.auth.jwt.previous-secrets'
 
 /** The deployment's secrets, current first: the current one signs and seals, all of them verify and open. */
+/** The audit chain's secrets: the configured chain key and its predecessors, or the JWT secrets. */
+export function auditChainSecrets(config: Config): Buffer[] {
+  if (config.audit.chainKey === undefined) return jwtSecrets(config)
+  return [
+    decodeJwtSecret(config.audit.chainKey, 'platform.audit.chain-key'),
+    ...config.audit.previousKeys.map((key) => decodeJwtSecret(key, 'platform.audit.previous-keys')),
+  ]
+}
+
 export function jwtSecrets(config: Config): Buffer[] {
   return [
     decodeJwtSecret(config.auth.jwt.secret),
@@ -405,6 +422,8 @@ export function loadConfig(source: ConfigSource): Config {
   const config = withDefaults as RawConfig
   decodeJwtSecret(config.auth.jwt.secret)
   for (const previous of config.auth.jwt.previousSecrets) decodeJwtSecret(previous, PREVIOUS_SECRETS)
+  if (config.audit.chainKey !== undefined) decodeJwtSecret(config.audit.chainKey, 'platform.audit.chain-key')
+  for (const previous of config.audit.previousKeys) decodeJwtSecret(previous, 'platform.audit.previous-keys')
   const { hashMemoryKib, hashIterations } = config.auth.password
   if (config.profile !== 'test') {
     if (hashMemoryKib < ARGON2_MINIMUM.memoryKib) {

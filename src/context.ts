@@ -8,6 +8,15 @@ import { AppError } from './errors.ts'
 
 export interface TenantContext {
   readonly organizationId: string | null
+  /** Who sent the request, as the audit trail records it (absent outside a request). */
+  readonly request?: RequestOrigin
+}
+
+export interface RequestOrigin {
+  /** The client address as `platform.server.trust-proxy` decides it. */
+  readonly ipAddress: string
+  readonly userAgent: string | null
+  readonly requestId: string
 }
 
 const storage = new AsyncLocalStorage<TenantContext>()
@@ -19,6 +28,11 @@ export function runWithTenant<T>(organizationId: string | null, fn: () => T): T 
 /** Enters an existing context object; used by the tenant plugin's hooks. */
 export function enterTenantContext(context: TenantContext, fn: () => void): void {
   storage.run(context, fn)
+}
+
+/** Where the current request came from; null outside a request (the CLI, workers). */
+export function currentRequestOrigin(): RequestOrigin | null {
+  return storage.getStore()?.request ?? null
 }
 
 export function currentTenant(): string | null {

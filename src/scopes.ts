@@ -8,6 +8,7 @@ export const SCOPES = [
   'config:read',
   'config:write',
   'authz:check',
+  'audit:read',
 ] as const
 
 export type Scope = (typeof SCOPES)[number]

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest'
 
 // The import graph of src/: no cycle, and the rooms' rules (README, Map). Rooms:
 // - the foundation files at the top of src/ (configuration, errors, clock, context, principal, ...);
-// - the infrastructure rooms (db, authz, mail, storage, outbox, http, security, housekeeping), which
+// - the infrastructure rooms (db, authz, mail, storage, outbox, http, security, housekeeping, audit), which
 //   never import a feature;
 // - one folder per feature under src/features/, whose files import the foundation, infrastructure,
 //   their own folder, and another feature only through its public file (`index.ts`);
@@ -20,7 +20,17 @@ const ENTRY = [
   'src/dev-seed.ts',
   'src/lifecycle.ts',
 ]
-const INFRASTRUCTURE = ['db', 'authz', 'mail', 'storage', 'outbox', 'http', 'security', 'housekeeping']
+const INFRASTRUCTURE = [
+  'db',
+  'authz',
+  'mail',
+  'storage',
+  'outbox',
+  'http',
+  'security',
+  'housekeeping',
+  'audit',
+]
 
 type Room =
   | { kind: 'foundation' | 'composition' | 'entry' }

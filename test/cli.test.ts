@@ -289,6 +289,31 @@ describe('operators see what exists', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     ])
   })
 
+  it('verifies an organization’s audit chain, and names where it breaks', async () => {
+    const org = JSON.parse((await cli('org', 'create', '--name', 'Audited Ltd')).stdout).organizationId
+    for (const description of ['one', 'two', 'three'])
+      expect(
+        (await cli('api-key', 'create', '--org', org, '--scopes', 'files:read', '--description', description))
+          .code,
+      ).toBe(0)
+    const clean = await cli('audit', 'verify', '--org', org)
+    expect(clean.code, clean.stderr).toBe(0)
+    expect(JSON.parse(clean.stdout)).toMatchObject({ chain: org, events: 3, head: { sequence: 3 } })
+    expect((await cli('audit', 'verify', '--org', 'not-an-org')).code).toBe(2)
+    // Edited behind the service's back: only on PostgreSQL can the test reach the rows meanwhile.
+    if (!database) return
+    await database.handle.db
+      .updateTable('audit_events')
+      .set({ data: JSON.stringify({ keyPrefix: 'sk_live_forged' }) })
+      .where('chain', '=', org)
+      .where('sequence', '=', '2' as never)
+      .execute()
+    const broken = await cli('audit', 'verify', '--org', org)
+    expect(broken.code).toBe(1)
+    expect(JSON.parse(broken.stderr)).toMatchObject({ code: 'AUDIT_CHAIN_BROKEN' })
+    expect(JSON.parse(broken.stderr).message).toMatch(/sequence 2/)
+  })
+
   it('prints --help as plain text and exits 0', async () => {
     const help = await cli('--help')
     expect(help.code).toBe(0)

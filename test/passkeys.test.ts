@@ -398,7 +398,14 @@ describe('no enumeration through the sign-in options', () => {
       },
       transformResult: async (args) => args.result,
     }
-    await work(new PasskeyService({ db: t.app.db.withPlugin(recorder), clock: t.clock, config: t.config }))
+    await work(
+      new PasskeyService({
+        audit: t.app.services.audit,
+        db: t.app.db.withPlugin(recorder),
+        clock: t.clock,
+        config: t.config,
+      }),
+    )
     return seen
   }
 

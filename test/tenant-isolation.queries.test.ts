@@ -18,7 +18,13 @@ import { purchaseRequestQuery } from '../src/features/purchase-requests/reposito
 // cannot leave the scope out either. test/tenant-isolation.wrong-tuple.test.ts shows the effect.
 
 /** Tables of an organization's data: every statement on them is limited to the tenant's organization. */
-const TENANT_TABLES = ['purchase_requests', 'purchase_request_events', 'files', 'organization_config']
+const TENANT_TABLES = [
+  'purchase_requests',
+  'purchase_request_events',
+  'files',
+  'organization_config',
+  'audit_events',
+]
 
 /** Tables with an organization column that are not read on behalf of a tenant, and why. */
 const NOT_TENANT_READS: Record<string, string> = {
@@ -33,6 +39,12 @@ const NOT_TENANT_READS: Record<string, string> = {
 
 /** Functions that query a tenant table across organizations on purpose, and why. */
 const CROSS_TENANT: Record<string, string> = {
+  'src/audit/repository.ts#appendEvent':
+    'the audit trail appends to the chain of the organization the recorded change belongs to, from any context',
+  'src/audit/repository.ts#deleteOldEvents':
+    "the audit_events retention rule sweeps every organization's chain",
+  'src/audit/repository.ts#chainEvents':
+    'audit verify, an operator’s command, walks one chain (an organization’s or the system’s) by its name',
   'src/features/retention/repository.ts#findUnfinishedFiles':
     "the files retention rule sweeps every organization's unfinished uploads",
   'src/features/retention/repository.ts#deleteUnfinishedFiles':

@@ -149,6 +149,34 @@ export interface PasskeyChallengeTable {
   expires_at: Timestamp
 }
 
+export interface AuditEventTable {
+  id: string
+  /** The organization's id, or `system` for events of no organization. */
+  chain: string
+  /** int8, read as text. */
+  sequence: ColumnType<string, number, number>
+  organization_id: string | null
+  occurred_at: Timestamp
+  type: string
+  actor_type: 'user' | 'api_key' | 'service_account' | 'system'
+  actor_id: string | null
+  subject_type: string | null
+  subject_id: string | null
+  ip_address: string | null
+  user_agent: string | null
+  request_id: string | null
+  data: ColumnType<Record<string, unknown>, string, string>
+  key_id: string
+  previous_hash: string
+  hash: string
+}
+
+export interface AuditChainHeadTable {
+  chain: string
+  sequence: ColumnType<string, number, number>
+  hash: string
+}
+
 export type OneTimeTokenPurpose = 'INVITATION' | 'PASSWORD_RESET'
 
 export interface OneTimeTokenTable {
@@ -258,6 +286,8 @@ export interface Database {
   sessions: SessionTable
   refresh_tokens: RefreshTokenTable
   passkeys: PasskeyTable
+  audit_events: AuditEventTable
+  audit_chain_heads: AuditChainHeadTable
   passkey_challenges: PasskeyChallengeTable
   rate_limits: RateLimitTable
   service_accounts: ServiceAccountTable

@@ -1,10 +1,11 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
+import { AuditTrail, ChainKeys } from '../audit/index.ts'
 import type { ModelIndex } from '../authz/model.ts'
 import type { Permissions } from '../authz/permissions.ts'
 import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
-import { type Config, jwtSecrets } from '../config.ts'
+import { auditChainSecrets, type Config, jwtSecrets } from '../config.ts'
 import { type DatabaseHandle, inTransaction } from '../db/database.ts'
 import { LISTEN_LOST, LISTEN_RESET } from '../db/notifications.ts'
 import type { Database } from '../db/schema.ts'
@@ -29,6 +30,7 @@ import {
   PasswordResets,
   UserAdministration,
 } from './accounts/index.ts'
+import { AuditEvents } from './audit-events/index.ts'
 import { FileService } from './files/index.ts'
 import { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from './machine-principals/index.ts'
 import { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './organizations/index.ts'
@@ -71,6 +73,10 @@ export interface Extensions {
 }
 
 export interface Services {
+  /** The audit trail: every feature records its events through it, in its own transaction. */
+  audit: AuditTrail
+  /** Reading the audit trail (/api/audit-events). */
+  auditEvents: AuditEvents
   tokens: AccessTokens
   passwords: PasswordHasher
   events: EventBus
@@ -107,6 +113,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   const { config, clock, db, log, authz } = ports
   const { password } = config.auth
 
+  const audit = new AuditTrail(ChainKeys.derivedFrom(auditChainSecrets(config)), clock)
+
   // Authentication.
   const passwords = await PasswordHasher.create(hashParameters(password))
   const tokens = new AccessTokens(config, clock)
@@ -114,7 +122,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   events.useLogger(log)
   const builtInVersions = config.auth.sessionVersion.enabled ? accountSessionVersions(db) : null
   const sessionVersions = extensions.sessionVersionProvider ?? builtInVersions
-  const sessions = new SessionService({ db, clock, config, tokens, events, versions: sessionVersions })
+  const sessions = new SessionService({ audit, db, clock, config, tokens, events, versions: sessionVersions })
   const sessionGate = sessionVersions
     ? new SessionGate({
         db,
@@ -128,8 +136,9 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     config,
     box: new SecretBox(jwtSecrets(config), 'otp-secret-encryption'),
   })
-  const passkeys = new PasskeyService({ db, clock, config })
+  const passkeys = new PasskeyService({ audit, db, clock, config })
   const accountAuthenticator = new AccountAuthenticator({
+    audit,
     db,
     clock,
     config,
@@ -144,12 +153,13 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
       return (await otp.verifyAtLogin(account, otpCode)) ? 'otp' : false
     },
   })
-  const serviceAccounts = new ServiceAccounts({ db, clock, config, tokens, tuples: authz.tuples })
-  const apiKeys = new ApiKeys({ db, clock, config, tokens, tuples: authz.tuples })
+  const serviceAccounts = new ServiceAccounts({ audit, db, clock, config, tokens, tuples: authz.tuples })
+  const apiKeys = new ApiKeys({ audit, db, clock, config, tokens, tuples: authz.tuples })
 
   // Accounts.
   const links = new AccountLinks({ config, sealMail: ports.mail.seal })
   const users = new UserAdministration({
+    audit,
     db,
     clock,
     config,
@@ -160,6 +170,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     endSessions: endUserSessions,
   })
   const passwordResets = new PasswordResets({
+    audit,
     db,
     clock,
     config,
@@ -205,6 +216,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   ]
 
   const services: Services = {
+    audit,
+    auditEvents: new AuditEvents({ db, permissions: authz }),
     tokens,
     passwords,
     events,

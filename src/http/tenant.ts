@@ -16,7 +16,14 @@ async function tenantPlugin(app: FastifyInstance) {
   app.decorateRequest('tenantContext', null)
 
   app.addHook('onRequest', (request, _reply, done) => {
-    const context: TenantContext = { organizationId: request.principal?.organizationId ?? null }
+    const context: TenantContext = {
+      organizationId: request.principal?.organizationId ?? null,
+      request: {
+        ipAddress: request.ip,
+        userAgent: request.headers['user-agent'] ?? null,
+        requestId: request.id,
+      },
+    }
     request.tenantContext = context
     enterTenantContext(context, done)
   })

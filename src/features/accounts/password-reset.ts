@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
@@ -22,6 +23,7 @@ export interface PasswordResetHandler {
 }
 
 export interface PasswordResetsDeps {
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
@@ -72,6 +74,13 @@ export class PasswordResets implements PasswordResetHandler {
       await retireOneTimeTokens(trx, account.id, now)
       await this.#deps.endSessions(trx, account.id, now, 'password_changed')
       await incrementSessionVersion(trx, account.id)
+      // The link's holder acts: accepting an invitation activates the account.
+      await this.#deps.audit.record(trx, {
+        type: used.purpose === 'INVITATION' ? 'user.activated' : 'password.reset',
+        organizationId: account.organization_id,
+        actor: { type: 'user', id: account.id },
+        subject: { type: 'user', id: account.id },
+      })
       await enqueueMail(
         trx,
         {

@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import { type AuditActor, type AuditTrail, actorOf } from '../../audit/index.ts'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
@@ -31,6 +32,7 @@ import {
 } from './repository.ts'
 
 export interface UserAdministrationDeps {
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
@@ -155,7 +157,9 @@ export class UserAdministration {
     // A member is refused before anything is locked or revealed.
     const tenant = await this.#authorize(caller)
     return inTransaction(db, (trx) =>
-      this.#deactivate(trx, tenant, userId, () => this.#admin(trx, caller, tenant).then(() => {})),
+      this.#deactivate(trx, tenant, userId, actorOf(caller), () =>
+        this.#admin(trx, caller, tenant).then(() => {}),
+      ),
     )
   }
 
@@ -172,7 +176,7 @@ export class UserAdministration {
       if (!account) throw new AppError('NOT_FOUND', 'No such user')
       // The operator acts in the account's own organization.
       const tenant = runWithTenant(account.organization_id, tenantScope)
-      const result = await this.#deactivate(trx, tenant, userId, async () => {})
+      const result = await this.#deactivate(trx, tenant, userId, actorOf(null), async () => {})
       return { ...result, organizationId: account.organization_id }
     })
   }
@@ -186,6 +190,7 @@ export class UserAdministration {
     trx: Tx,
     tenant: TenantScope,
     userId: string,
+    actor: AuditActor,
     confirmCaller: () => Promise<void>,
   ): Promise<{ userId: string; active: boolean }> {
     const { clock, tuples } = this.#deps
@@ -206,6 +211,13 @@ export class UserAdministration {
     await this.#deps.endSessions(trx, userId, now, 'deactivated')
     await incrementSessionVersion(trx, userId)
     await tuples.record(trx, [roleTuple('delete', target)], now)
+    await this.#deps.audit.record(trx, {
+      type: 'user.deactivated',
+      organizationId: tenant.organizationId,
+      actor,
+      subject: { type: 'user', id: userId },
+      data: { role: target.role },
+    })
     return { userId, active: false }
   }
 

@@ -1,5 +1,6 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import type { Kysely } from 'kysely'
+import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
@@ -57,6 +58,7 @@ function sameHash(expectedHex: string, actualHex: string): boolean {
 }
 
 interface Deps {
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
@@ -95,12 +97,23 @@ export class ServiceAccounts implements RevocationListener {
     }
     const clientSecret = randomBytes(KEY_BYTES).toString('base64url')
     try {
-      const row = await insertServiceAccount(this.#deps.db, {
-        clientId,
-        secretHash: sha256(clientSecret),
-        scopes: parseScopes(input.scopes),
-        description: input.description,
-        now: this.#deps.clock.now(),
+      const scopes = parseScopes(input.scopes)
+      const row = await inTransaction(this.#deps.db, async (trx) => {
+        const inserted = await insertServiceAccount(trx, {
+          clientId,
+          secretHash: sha256(clientSecret),
+          scopes,
+          description: input.description,
+          now: this.#deps.clock.now(),
+        })
+        await this.#deps.audit.record(trx, {
+          type: 'service_account.created',
+          organizationId: null,
+          actor: actorOf(null),
+          subject: { type: 'service_account', id: inserted.id },
+          data: { clientId, scopes: scopes.join(' ') },
+        })
+        return inserted
       })
       return { id: row.id, clientId: row.client_id, clientSecret }
     } catch (error) {
@@ -114,7 +127,16 @@ export class ServiceAccounts implements RevocationListener {
   async disable(clientId: string) {
     const row = await inTransaction(this.#deps.db, async (trx) => {
       const disabled = await disableServiceAccount(trx, clientId, this.#deps.clock.now())
-      if (disabled) await publishRevocation(trx, { kind: 'service_account', id: disabled.id })
+      if (disabled) {
+        await publishRevocation(trx, { kind: 'service_account', id: disabled.id })
+        await this.#deps.audit.record(trx, {
+          type: 'service_account.disabled',
+          organizationId: null,
+          actor: actorOf(null),
+          subject: { type: 'service_account', id: disabled.id },
+          data: { clientId: disabled.client_id },
+        })
+      }
       return disabled
     })
     if (!row) throw new AppError('NOT_FOUND', 'No such service account')
@@ -234,6 +256,13 @@ export class ApiKeys implements RevocationListener {
         tuples.map((t) => ({ operation: 'write', ...t })),
         now,
       )
+      await this.#deps.audit.record(trx, {
+        type: 'api_key.created',
+        organizationId: input.organizationId,
+        actor: actorOf(null),
+        subject: { type: 'api_key', id: inserted.id },
+        data: { keyPrefix, scopes: scopes.join(' ') },
+      })
       return inserted
     })
     return { id: row.id, rawKey, keyPrefix }
@@ -247,6 +276,13 @@ export class ApiKeys implements RevocationListener {
       // Revoking again is idempotent: same answer, and the tuple deletes are not queued twice.
       if (!revoked) return findApiKey(trx, id)
       await publishRevocation(trx, { kind: 'api_key', keyHash: revoked.key_hash })
+      await this.#deps.audit.record(trx, {
+        type: 'api_key.revoked',
+        organizationId: revoked.organization_id,
+        actor: actorOf(null),
+        subject: { type: 'api_key', id },
+        data: { keyPrefix: revoked.key_prefix },
+      })
       const tuples = ApiKeys.tuples({ id, organizationId: revoked.organization_id, scopes: revoked.scopes })
       await this.#deps.tuples.record(
         trx,

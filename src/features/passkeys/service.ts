@@ -9,6 +9,7 @@ import {
   verifyRegistrationResponse,
 } from '@simplewebauthn/server'
 import type { Kysely } from 'kysely'
+import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import { type Config, jwtSecrets } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
@@ -34,6 +35,7 @@ import {
 } from './repository.ts'
 
 export interface PasskeyServiceDeps {
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
@@ -199,6 +201,7 @@ export class PasskeyService {
         throw error
       }
       await securityEmail(trx, account, 'passkey_added', row.name, now)
+      await this.#deps.audit.record(trx, passkeyEvent('passkey.added', account, row))
       return toPasskeyRecord(row)
     })
   }
@@ -219,7 +222,10 @@ export class PasskeyService {
       const row = await deletePasskey(trx, user.userId, id)
       if (!row) throw new AppError('NOT_FOUND', 'No such passkey')
       const account = await findAccount(trx, user.userId)
-      if (account) await securityEmail(trx, account, 'passkey_removed', row.name, clock.now())
+      if (account) {
+        await securityEmail(trx, account, 'passkey_removed', row.name, clock.now())
+        await this.#deps.audit.record(trx, passkeyEvent('passkey.removed', account, row))
+      }
     })
   }
 
@@ -276,8 +282,30 @@ export class PasskeyService {
    * an unknown credential is; a locked one with ACCOUNT_LOCKED.
    */
   async authenticate(assertion: PasskeyAssertion): Promise<{ userId: string; organizationId: string }> {
-    const passkey = await this.#verify(assertion)
-    return { userId: passkey.account_id, organizationId: passkey.organization_id }
+    let known: PasskeyWithAccount | undefined
+    try {
+      const passkey = await this.#verify(assertion, undefined, (found) => {
+        known = found
+      })
+      return { userId: passkey.account_id, organizationId: passkey.organization_id }
+    } catch (error) {
+      if (error instanceof AppError) await this.#failed(known, error.code)
+      throw error
+    }
+  }
+
+  /** A refused passkey sign-in: in the credential's organization, or the system chain when unknown. */
+  async #failed(passkey: PasskeyWithAccount | undefined, code: string): Promise<void> {
+    const { db, audit } = this.#deps
+    await inTransaction(db, (trx) =>
+      audit.record(trx, {
+        type: code === 'ACCOUNT_LOCKED' ? 'sign_in.locked' : 'sign_in.failed',
+        organizationId: passkey?.organization_id ?? null,
+        actor: { type: 'system', id: null },
+        subject: passkey ? { type: 'user', id: passkey.account_id } : null,
+        data: { method: 'passkey', reason: code },
+      }),
+    )
   }
 
   /** A passkey as the second factor of a password login: it must be one of this account's. */
@@ -285,13 +313,18 @@ export class PasskeyService {
     await this.#verify(assertion, accountId)
   }
 
-  async #verify(assertion: PasskeyAssertion, accountId?: string): Promise<PasskeyWithAccount> {
+  async #verify(
+    assertion: PasskeyAssertion,
+    accountId?: string,
+    found: (passkey: PasskeyWithAccount) => void = () => {},
+  ): Promise<PasskeyWithAccount> {
     const { db, clock } = this.#deps
     const now = clock.now()
     const challenge = await consumeAuthenticationChallenge(db, assertion.challengeId, now)
     if (!challenge) throw challengeInvalid()
     const passkey = await findPasskeyWithAccount(db, assertion.response.id)
     if (!passkey) throw passkeyInvalid()
+    found(passkey)
     // Username-first: the challenge was given for that account; second factor: for this account.
     if (challenge.account_id !== null && challenge.account_id !== passkey.account_id) throw passkeyInvalid()
     if (accountId !== undefined && passkey.account_id !== accountId) throw passkeyInvalid()
@@ -358,5 +391,17 @@ const securityEmail = (
     { template, to: account.email, data: { name }, organizationId: account.organization_id },
     now,
   )
+
+const passkeyEvent = (
+  type: 'passkey.added' | 'passkey.removed',
+  account: { id: string; organization_id: string },
+  passkey: PasskeyRow,
+) => ({
+  type,
+  organizationId: account.organization_id,
+  actor: { type: 'user' as const, id: account.id },
+  subject: { type: 'passkey', id: passkey.id },
+  data: { name: passkey.name, deviceType: passkey.device_type },
+})
 
 const defaultName = (now: Date) => `Passkey added ${now.toISOString().slice(0, 10)}`

@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import { deleteOldEvents } from '../../audit/index.ts'
 import type { Config } from '../../config.ts'
 import type { Database } from '../../db/schema.ts'
 import type { RetentionRule } from '../../housekeeping/runner.ts'
@@ -28,7 +29,7 @@ const before = (now: Date, seconds: number) => new Date(now.getTime() - seconds 
  * removed.
  */
 export function retentionRules(config: Config, deps: { store: ObjectStore }): RetentionRule[] {
-  const { outbox, sessions, oneTimeTokens, pendingUploads, idempotencyKeys } = config.retention
+  const { outbox, sessions, oneTimeTokens, pendingUploads, idempotencyKeys, auditEvents } = config.retention
   const uploadWindow = config.storage.uploadUrlTtl + pendingUploads
   return [
     {
@@ -50,6 +51,8 @@ export function retentionRules(config: Config, deps: { store: ObjectStore }): Re
       name: 'idempotency_keys',
       sweep: (db, now) => deleteExpiredIdempotencyKeys(db, before(now, idempotencyKeys), BATCH),
     },
+    // From the start of each chain only, so what is kept still verifies.
+    { name: 'audit_events', sweep: (db, now) => deleteOldEvents(db, before(now, auditEvents), BATCH) },
     // A ceremony's challenge is used once or expires: nothing is kept past its expiry.
     { name: 'passkey_challenges', sweep: (db, now) => deleteExpiredChallenges(db, now, BATCH) },
     rateLimitRetention,

@@ -1,7 +1,9 @@
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server'
 import type { Kysely } from 'kysely'
+import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
+import { inTransaction } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import type { PasswordHasher } from '../../security/passwords.ts'
@@ -54,6 +56,7 @@ export type SecondFactorCheck = (
 ) => Promise<'otp' | 'passkey' | null | false>
 
 export interface AccountAuthenticatorDeps {
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
@@ -76,12 +79,52 @@ export class AccountAuthenticator implements CredentialAuthenticator {
     this.#deps = deps
   }
 
-  async authenticate({
-    username,
-    password,
-    otpCode,
-    passkey,
-  }: Credentials): Promise<AuthenticatedUser | null> {
+  async authenticate(credentials: Credentials): Promise<AuthenticatedUser | null> {
+    const { username } = credentials
+    let account: AccountRow | undefined
+    try {
+      const outcome = await this.#attempt(credentials, (claimed) => {
+        account = claimed
+      })
+      if (outcome === null) await this.#failed(account, username, 'password')
+      return outcome
+    } catch (error) {
+      if (error instanceof AppError) {
+        if (error.code === 'ACCOUNT_LOCKED') await this.#failed(account, username, 'locked')
+        else if (error.code === 'INVALID_OTP') await this.#failed(account, username, 'otp')
+        else if (error.code.startsWith('PASSKEY_')) await this.#failed(account, username, 'passkey')
+      }
+      throw error
+    }
+  }
+
+  /**
+   * The audit event of a refused sign-in, once the refusal is known (after the password check, which
+   * never runs inside a transaction): in the account's organization, or in the system chain for
+   * an unknown or deactivated account, so nothing an organization reads says whether an account
+   * exists. Unknown and known accounts cost the same statements here too.
+   */
+  async #failed(
+    account: AccountRow | undefined,
+    username: string,
+    reason: 'password' | 'otp' | 'passkey' | 'locked',
+  ) {
+    const { db, audit } = this.#deps
+    await inTransaction(db, (trx) =>
+      audit.record(trx, {
+        type: reason === 'locked' ? 'sign_in.locked' : 'sign_in.failed',
+        organizationId: account?.organization_id ?? null,
+        actor: { type: 'system', id: null },
+        subject: account ? { type: 'user', id: account.id } : null,
+        data: account ? { reason } : { username: username.trim().toLowerCase().slice(0, 320) },
+      }),
+    )
+  }
+
+  async #attempt(
+    { username, password, otpCode, passkey }: Credentials,
+    claimedAccount: (account: AccountRow) => void,
+  ): Promise<AuthenticatedUser | null> {
     const { db, clock, config, passwords } = this.#deps
     const now = clock.now()
     const { maxAttempts, durationMinutes } = config.auth.lockout
@@ -91,6 +134,7 @@ export class AccountAuthenticator implements CredentialAuthenticator {
       await passwords.verifyNothing(password)
       return null
     }
+    claimedAccount(claimed.account)
     // A locked account gets no verification at all: its attempts cost no hash and reveal nothing.
     if (claimed.wasLocked) throw locked(claimed.account.locked_until ?? lockedUntil, now)
     const { account } = claimed

@@ -160,7 +160,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const user = requireUser(request)
-      await app.services.sessions.logoutAll(user.userId)
+      await app.services.sessions.logoutAll(user)
       clearSessionCookies(reply, config)
       return reply.code(204).send(null)
     },

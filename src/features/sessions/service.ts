@@ -1,8 +1,9 @@
 import type { Kysely } from 'kysely'
+import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
-import type { Database } from '../../db/schema.ts'
+import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import type { EventBus } from '../../events.ts'
 import { type AccessTokens, type IssuedToken, newOpaqueToken, sha256 } from '../../security/tokens.ts'
@@ -35,6 +36,7 @@ export interface ClientInfo {
 }
 
 export interface SessionServiceDeps {
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
@@ -100,16 +102,27 @@ export class SessionService {
     const now = clock.now()
     const refresh = newOpaqueToken()
     const expiresAt = addSeconds(now, config.auth.session.absoluteTtl)
-    const session = await insertSessionWithRefreshToken(db, {
-      userId: user.userId,
-      organizationId: user.organizationId,
-      now,
-      expiresAt,
-      userAgent: client.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
-      ipAddress: client.ipAddress,
-      tokenHash: refresh.hash,
-      refreshExpiresAt: this.#refreshExpiry(now, expiresAt),
-      signInMethod,
+    // The session and its sign-in event commit together.
+    const session = await inTransaction(db, async (trx) => {
+      const started = await insertSessionWithRefreshToken(trx, {
+        userId: user.userId,
+        organizationId: user.organizationId,
+        now,
+        expiresAt,
+        userAgent: client.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
+        ipAddress: client.ipAddress,
+        tokenHash: refresh.hash,
+        refreshExpiresAt: this.#refreshExpiry(now, expiresAt),
+        signInMethod,
+      })
+      await this.#deps.audit.record(trx, {
+        type: 'sign_in.succeeded',
+        organizationId: user.organizationId,
+        actor: { type: 'user', id: user.userId },
+        subject: { type: 'session', id: started.id },
+        data: { method: signInMethod },
+      })
+      return started
     })
     return this.#issued(session, refresh.raw, this.#refreshExpiry(now, session.expires_at))
   }
@@ -179,6 +192,16 @@ export class SessionService {
           'refresh_token_reuse_detected',
         )
         const session = await findSession(trx, token.session_id)
+        if (session && revoked.length > 0) {
+          // Whoever presented the token may be a thief: the system acts.
+          await this.#deps.audit.record(trx, {
+            type: 'refresh_token.reused',
+            organizationId: session.organization_id,
+            actor: { type: 'system', id: null },
+            subject: { type: 'session', id: session.id },
+            data: { userId: session.user_id },
+          })
+        }
         return { revokedNow: revoked.length > 0, userId: session?.user_id }
       })
     })
@@ -203,15 +226,37 @@ export class SessionService {
     const { db, clock } = this.#deps
     const token = await findRefreshToken(db, sha256(rawToken))
     if (!token) return
-    await inTransaction(db, (trx) =>
-      revokeSessions(trx, { sessionId: token.session_id }, clock.now(), 'logout'),
-    )
+    await inTransaction(db, async (trx) => {
+      const revoked = await revokeSessions(trx, { sessionId: token.session_id }, clock.now(), 'logout')
+      const session = revoked.length > 0 ? await findSession(trx, token.session_id) : undefined
+      if (session) await this.#sessionRevoked(trx, session, 'logout')
+    })
   }
 
-  async logoutAll(userId: string): Promise<void> {
+  async logoutAll(user: { userId: string; organizationId: string }): Promise<void> {
     const { db, clock, events } = this.#deps
-    await inTransaction(db, (trx) => revokeSessions(trx, { userId }, clock.now(), 'logout_all'))
+    const { userId } = user
+    await inTransaction(db, async (trx) => {
+      const revoked = await revokeSessions(trx, { userId }, clock.now(), 'logout_all')
+      await this.#deps.audit.record(trx, {
+        type: 'sessions.revoked_all',
+        organizationId: user.organizationId,
+        actor: { type: 'user', id: userId },
+        subject: { type: 'user', id: userId },
+        data: { sessions: revoked.length },
+      })
+    })
     await events.publish('UserSessionsRevokedEvent', { userId, reason: 'logout_all' })
+  }
+
+  #sessionRevoked(trx: Tx, session: SessionRow, reason: string): Promise<void> {
+    return this.#deps.audit.record(trx, {
+      type: 'session.revoked',
+      organizationId: session.organization_id,
+      actor: { type: 'user', id: session.user_id },
+      subject: { type: 'session', id: session.id },
+      data: { reason },
+    })
   }
 
   list(userId: string): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
@@ -221,9 +266,11 @@ export class SessionService {
   /** Revokes one of the user's own sessions; another user's or an unknown id is 404. */
   async revoke(userId: string, sessionId: string): Promise<void> {
     const { db, clock } = this.#deps
-    const revoked = await inTransaction(db, (trx) =>
-      revokeSessions(trx, { sessionId, userId }, clock.now(), 'revoked_by_user'),
-    )
-    if (revoked.length === 0) throw new AppError('NOT_FOUND', 'No such active session')
+    await inTransaction(db, async (trx) => {
+      const revoked = await revokeSessions(trx, { sessionId, userId }, clock.now(), 'revoked_by_user')
+      const session = revoked.length > 0 ? await findSession(trx, sessionId) : undefined
+      if (!session) throw new AppError('NOT_FOUND', 'No such active session')
+      await this.#sessionRevoked(trx, session, 'revoked_by_user')
+    })
   }
 }

@@ -1,0 +1,107 @@
+import { randomUUID } from 'node:crypto'
+import type { Clock } from '../clock.ts'
+import { currentRequestOrigin } from '../context.ts'
+import type { Executor, Tx } from '../db/schema.ts'
+import type { Principal } from '../principal.ts'
+import {
+  type ActorType,
+  type ChainKeys,
+  ChainVerifier,
+  chainHash,
+  type StoredEvent,
+  type Verification,
+} from './chain.ts'
+import { appendEvent, chainEvents, lockChainHead } from './repository.ts'
+
+/** The chain of events that belong to no organization. */
+export const SYSTEM_CHAIN = 'system'
+
+const USER_AGENT_MAX = 512
+
+/** Values an event's `data` may hold: small and typed, never a secret, token or hash. */
+export type AuditValue = string | number | boolean | null
+
+export interface AuditActor {
+  type: ActorType
+  id: string | null
+}
+
+export interface AuditEventInput {
+  type: string
+  /** null: the system chain (a sign-in of an unknown account, a service account). */
+  organizationId: string | null
+  actor: AuditActor
+  subject?: { type: string; id: string } | null
+  data?: Record<string, AuditValue>
+}
+
+/** Who acts: the request's principal, or the system (the CLI, workers, an anonymous caller). */
+export function actorOf(principal: Principal | null | undefined): AuditActor {
+  if (!principal) return { type: 'system', id: null }
+  if (principal.type === 'USER') return { type: 'user', id: principal.userId }
+  if (principal.type === 'API_KEY') return { type: 'api_key', id: principal.apiKeyId }
+  return { type: 'service_account', id: principal.serviceAccountId }
+}
+
+/**
+ * Records audit events in the caller's transaction, so an event exists exactly when the change it
+ * reports committed. The client address, user agent and request id come from the request the
+ * transaction runs for (src/context.ts); outside a request they are null. Each event is appended
+ * to its organization's chain under that chain's row lock (src/audit/repository.ts).
+ */
+export class AuditTrail {
+  readonly #keys: ChainKeys
+  readonly #clock: Clock
+
+  constructor(keys: ChainKeys, clock: Clock) {
+    this.#keys = keys
+    this.#clock = clock
+  }
+
+  get keys(): ChainKeys {
+    return this.#keys
+  }
+
+  async record(trx: Tx, input: AuditEventInput): Promise<void> {
+    const chain = input.organizationId ?? SYSTEM_CHAIN
+    const head = await lockChainHead(trx, chain)
+    const origin = currentRequestOrigin()
+    const event = {
+      id: randomUUID(),
+      chain,
+      sequence: head.sequence + 1,
+      organizationId: input.organizationId,
+      occurredAt: this.#clock.now(),
+      type: input.type,
+      actorType: input.actor.type,
+      actorId: input.actor.id,
+      subjectType: input.subject?.type ?? null,
+      subjectId: input.subject?.id ?? null,
+      ipAddress: origin?.ipAddress ?? null,
+      userAgent: origin?.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
+      requestId: origin?.requestId ?? null,
+      data: input.data ?? {},
+    }
+    const stored: StoredEvent = {
+      ...event,
+      keyId: this.#keys.currentId,
+      previousHash: head.hash,
+      hash: chainHash(this.#keys.current, head.hash, event),
+    }
+    await appendEvent(trx, stored)
+  }
+}
+
+const VERIFY_BATCH = 1000
+
+/** Verifies a chain from the database, a batch at a time (`audit verify`). */
+export async function verifyStoredChain(db: Executor, keys: ChainKeys, chain: string): Promise<Verification> {
+  const verifier = new ChainVerifier(keys)
+  let after = 0
+  for (;;) {
+    const batch = await chainEvents(db, chain, after, VERIFY_BATCH)
+    for (const event of batch) if (!verifier.check(event)) return verifier.result
+    if (batch.length < VERIFY_BATCH) return verifier.result
+    after = (batch.at(-1) as StoredEvent).sequence
+  }
+}

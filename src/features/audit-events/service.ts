@@ -1,0 +1,88 @@
+import type { Kysely } from 'kysely'
+import type { Permissions } from '../../authz/permissions.ts'
+import type { Database } from '../../db/schema.ts'
+import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
+import type { Principal } from '../../principal.ts'
+import {
+  type AuditEventRow,
+  type AuditFilter,
+  chainHead,
+  exportBatch,
+  listAuditEvents,
+} from './repository.ts'
+
+const EXPORT_BATCH = 1000
+
+export const toAuditEvent = (row: AuditEventRow) => ({
+  id: row.id,
+  sequence: Number(row.sequence),
+  occurredAt: row.occurred_at.toISOString(),
+  type: row.type,
+  actor: { type: row.actor_type, id: row.actor_id },
+  subject: row.subject_type && row.subject_id ? { type: row.subject_type, id: row.subject_id } : null,
+  ipAddress: row.ip_address,
+  userAgent: row.user_agent,
+  requestId: row.request_id,
+  data: row.data as Record<string, string | number | boolean | null>,
+  previousHash: row.previous_hash,
+  hash: row.hash,
+})
+
+/**
+ * Reading the audit trail: an organization's admins (asked through the authorization port), and
+ * API keys with `audit:read` (checked by the route guard), see their own organization's events only.
+ */
+export class AuditEvents {
+  readonly #db: Kysely<Database>
+  readonly #permissions: Permissions
+
+  constructor(deps: { db: Kysely<Database>; permissions: Permissions }) {
+    this.#db = deps.db
+    this.#permissions = deps.permissions
+  }
+
+  async #authorize(principal: Principal): Promise<TenantScope> {
+    const tenant = tenantScope()
+    if (principal.type === 'USER')
+      await this.#permissions.require(principal, 'admin', `organization:${tenant.organizationId}`)
+    return tenant
+  }
+
+  async page(principal: Principal, filter: AuditFilter, page: { limit: number; beforeSequence?: number }) {
+    const tenant = await this.#authorize(principal)
+    // The head first: every event listed is at or below it.
+    const head = await chainHead(this.#db, tenant)
+    const rows = await listAuditEvents(this.#db, tenant, filter, { ...page, limit: page.limit + 1 })
+    const items = rows.slice(0, page.limit)
+    const last = items.at(-1)
+    return {
+      items: items.map(toAuditEvent),
+      nextCursor: rows.length > page.limit && last ? String(last.sequence) : null,
+      head,
+    }
+  }
+
+  /**
+   * The events matching the filter, oldest first, as NDJSON lines, read a batch at a time up to the
+   * head as it was when the export began (so memory stays bounded however many there are).
+   */
+  async export(principal: Principal, filter: AuditFilter) {
+    const tenant = await this.#authorize(principal)
+    const head = await chainHead(this.#db, tenant)
+    const db = this.#db
+    async function* lines(): AsyncGenerator<string> {
+      if (!head) return
+      let after = 0
+      for (;;) {
+        const batch = await exportBatch(db, tenant, filter, after, EXPORT_BATCH)
+        for (const row of batch) {
+          if (Number(row.sequence) > head.sequence) return
+          yield `${JSON.stringify(toAuditEvent(row))}\n`
+        }
+        if (batch.length < EXPORT_BATCH) return
+        after = Number(batch.at(-1)?.sequence)
+      }
+    }
+    return { head, lines: lines() }
+  }
+}
