@@ -131,6 +131,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
       })
     : null
   const otp = new OtpService({
+    audit,
     db,
     clock,
     config,
@@ -180,8 +181,9 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   })
 
   // Organizations, files and the example resource.
-  const orgConfig = new OrganizationConfig({ db, clock, permissions: authz })
+  const orgConfig = new OrganizationConfig({ audit, db, clock, permissions: authz })
   const files = new FileService({
+    audit,
     db,
     store: ports.store,
     authz,
@@ -191,6 +193,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   })
   // What every resource feature is built from (the purchase requests, and a team's own beside them).
   const resourcePorts = {
+    audit,
     db,
     clock,
     permissions: authz,

@@ -1,10 +1,11 @@
 import { createHmac, hkdfSync, randomInt } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { Secret, TOTP } from 'otpauth'
+import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import { type Config, jwtSecrets } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
-import type { Database } from '../../db/schema.ts'
+import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
 import type { SecretBox } from '../../security/secret-box.ts'
@@ -34,6 +35,7 @@ const BACKUP_LENGTH = BACKUP_GROUPS * BACKUP_GROUP_LENGTH
 const BACKUP_CODE = new RegExp(`^[${BACKUP_ALPHABET}]{${BACKUP_LENGTH}}$`)
 
 export interface OtpServiceDeps {
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
@@ -175,6 +177,7 @@ export class OtpService {
         { template: 'otp_enabled', to: account.email, data: {}, organizationId: account.organization_id },
         now,
       )
+      await this.#recorded(trx, account, 'two_factor.enabled')
     })
     return { backupCodes }
   }
@@ -198,6 +201,17 @@ export class OtpService {
         { template: 'otp_disabled', to: account.email, data: {}, organizationId: account.organization_id },
         now,
       )
+      await this.#recorded(trx, account, 'two_factor.disabled')
+    })
+  }
+
+  /** An event of the account's own second factor, the account acting on itself. */
+  #recorded(trx: Tx, account: AccountRow, type: string): Promise<void> {
+    return this.#deps.audit.record(trx, {
+      type,
+      organizationId: account.organization_id,
+      actor: { type: 'user', id: account.id },
+      subject: { type: 'user', id: account.id },
     })
   }
 
@@ -215,12 +229,17 @@ export class OtpService {
     if (step !== null) return claimOtpStep(this.#deps.db, account.id, step)
     const backup = normalizeBackupCode(otpCode)
     if (backup === null) return false
-    // One atomic UPDATE … WHERE used_at IS NULL: of parallel logins with one code, exactly one wins.
-    return consumeBackupCode(
-      this.#deps.db,
-      account.id,
-      this.#backupCodeHasher.candidates(backup),
-      this.#deps.clock.now(),
-    )
+    // One atomic UPDATE … WHERE used_at IS NULL: of parallel logins with one code, exactly one wins;
+    // the code is spent and its event recorded together.
+    return inTransaction(this.#deps.db, async (trx) => {
+      const used = await consumeBackupCode(
+        trx,
+        account.id,
+        this.#backupCodeHasher.candidates(backup),
+        this.#deps.clock.now(),
+      )
+      if (used) await this.#recorded(trx, account, 'backup_code.used')
+      return used
+    })
   }
 }

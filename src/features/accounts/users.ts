@@ -145,6 +145,13 @@ export class UserAdministration {
           active: false,
         })
         await links.send(trx, account, 'INVITATION', clock.now())
+        await this.#deps.audit.record(trx, {
+          type: 'user.invited',
+          organizationId: tenant.organizationId,
+          actor: actorOf(caller),
+          subject: { type: 'user', id: account.id },
+          data: { role: input.role },
+        })
         const result = { userId: account.id }
         await along?.(trx, result)
         return result
@@ -233,6 +240,13 @@ export class UserAdministration {
       const active = !PasswordHasher.isUnusable(target.password_hash)
       await setAccountActive(trx, tenant, userId, { active, deactivatedAt: null }, now)
       await tuples.record(trx, [roleTuple('write', target)], now)
+      await this.#deps.audit.record(trx, {
+        type: 'user.reactivated',
+        organizationId: tenant.organizationId,
+        actor: actorOf(caller),
+        subject: { type: 'user', id: userId },
+        data: { role: target.role, active },
+      })
       return { userId, active }
     })
   }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
+import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
@@ -55,6 +56,7 @@ export interface AuthorizationModelTypes {
 }
 
 export interface FileServiceOptions {
+  audit: AuditTrail
   db: Kysely<Database>
   store: ObjectStore
   authz: Pick<Permissions, 'require'>
@@ -91,6 +93,7 @@ const RESOURCE_TYPE = /^[a-z][a-z0-9_]{0,63}$/
 const KEY_SEGMENT = /^[A-Za-z0-9_-]{1,64}$/
 
 export class FileService {
+  readonly #audit: AuditTrail
   readonly #db: Kysely<Database>
   readonly #store: ObjectStore
   readonly #authz: Pick<Permissions, 'require'>
@@ -100,6 +103,7 @@ export class FileService {
   readonly #types = new Map<string, ResourceTypeDefinition>()
 
   constructor(options: FileServiceOptions) {
+    this.#audit = options.audit
     this.#db = options.db
     this.#store = options.store
     this.#authz = options.authz
@@ -223,9 +227,27 @@ export class FileService {
         throw this.#tooLarge()
       }
     } else {
-      const confirmed = await markFileConfirmed(this.#db, tenant, file.id, {
-        sizeBytes: copied.size,
-        now: this.#clock.now(),
+      // The confirmation and its audit event commit together; only the confirm that wins records it.
+      const confirmed = await inTransaction(this.#db, async (trx) => {
+        const marked = await markFileConfirmed(trx, tenant, file.id, {
+          sizeBytes: copied.size,
+          now: this.#clock.now(),
+        })
+        if (marked) {
+          await this.#audit.record(trx, {
+            type: 'file.confirmed',
+            organizationId: tenant.organizationId,
+            actor: actorOf(principal),
+            subject: { type: 'file', id: file.id },
+            data: {
+              resourceType: file.resource_type,
+              resourceId: file.resource_id,
+              contentType: file.content_type,
+              sizeBytes: copied.size,
+            },
+          })
+        }
+        return marked
       })
       if (confirmed) {
         // Best effort: what is left is removed with the upload address's lifetime (README, Files).

@@ -1,11 +1,12 @@
 import type { Kysely } from 'kysely'
 import { LRUCache } from 'lru-cache'
+import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
 import { runWithTenant } from '../../context.ts'
 import { inTransaction } from '../../db/database.ts'
 import { LISTEN_LOST, LISTEN_RESET, notify } from '../../db/notifications.ts'
-import type { Database } from '../../db/schema.ts'
+import type { Database, Tx } from '../../db/schema.ts'
 import { currentTenantScope, type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError, validationFailed } from '../../errors.ts'
 import type { Principal } from '../../principal.ts'
@@ -46,6 +47,7 @@ export interface OrganizationConfigEntry {
 export type ConfigChangeListener = (organizationId: string | null) => void
 
 export interface OrganizationConfigOptions {
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   /** Who may read (`member`) and write (`admin`) an organization's entries. */
@@ -76,6 +78,7 @@ const toEntry = (row: OrganizationConfigRow): OrganizationConfigEntry => ({
 const isForeignKeyViolation = (error: unknown) => (error as { code?: unknown }).code === '23503'
 
 export class OrganizationConfig {
+  readonly #audit: AuditTrail
   readonly #db: Kysely<Database>
   readonly #clock: Clock
   readonly #permissions: Permissions
@@ -87,6 +90,7 @@ export class OrganizationConfig {
   #generation = 0
 
   constructor(options: OrganizationConfigOptions) {
+    this.#audit = options.audit
     this.#db = options.db
     this.#clock = options.clock
     this.#permissions = options.permissions
@@ -129,6 +133,7 @@ export class OrganizationConfig {
       const row = await inTransaction(this.#db, async (trx) => {
         const stored = await upsertConfigEntry(trx, tenant, { key, value, now: this.#clock.now() })
         await notify(trx, ORGANIZATION_CONFIG_CHANNEL, organizationId)
+        await this.#changed(trx, principal, organizationId, key, 'set')
         return stored
       })
       // Our own notification arrives later: drop now, so this instance reads its writes.
@@ -147,11 +152,25 @@ export class OrganizationConfig {
     checkConfigKey(key)
     const deleted = await inTransaction(this.#db, async (trx) => {
       const found = await deleteConfigEntry(trx, tenant, key)
-      if (found) await notify(trx, ORGANIZATION_CONFIG_CHANNEL, organizationId)
+      if (found) {
+        await notify(trx, ORGANIZATION_CONFIG_CHANNEL, organizationId)
+        await this.#changed(trx, principal, organizationId, key, 'removed')
+      }
       return found
     })
     if (deleted) this.#invalidate(organizationId)
     return deleted
+  }
+
+  /** The audit event of a change: the key, never the value (it may be a secret of the organization). */
+  #changed(trx: Tx, principal: Principal, organizationId: string, key: string, change: 'set' | 'removed') {
+    return this.#audit.record(trx, {
+      type: 'organization_config.changed',
+      organizationId,
+      actor: actorOf(principal),
+      subject: { type: 'organization', id: organizationId },
+      data: { key, change },
+    })
   }
 
   /**

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
+import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import { type AlongWith, inTransaction } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
@@ -38,6 +39,8 @@ import {
 export type AttachmentStore = Pick<FileService, 'listOfCheckedResource' | 'storeGenerated'>
 
 export interface PurchaseRequestDeps {
+  /** The audit trail: each change of a request is recorded in its transaction. */
+  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   permissions: Permissions
@@ -48,6 +51,9 @@ export interface PurchaseRequestDeps {
 }
 
 export const TITLE_MAX = 255
+
+/** The audit event type of each action: `purchase_request.<done>`. */
+const DONE: Record<PurchaseRequestAction, string> = { submit: 'submitted', approve: 'approved' }
 
 /** What may be attached to a purchase request: PDF, images, office documents, plain text and CSV. */
 export const ATTACHMENT_CONTENT_TYPES = [
@@ -130,6 +136,12 @@ export class PurchaseRequests {
         ],
         now,
       )
+      await this.#deps.audit.record(trx, {
+        type: 'purchase_request.created',
+        organizationId: tenant.organizationId,
+        actor: actorOf(principal),
+        subject: { type: 'purchase_request', id: row.id },
+      })
       await along?.(trx, row)
       return row
     })
@@ -279,6 +291,13 @@ export class PurchaseRequests {
         to_status: to,
         actor_id: principal.id,
         occurred_at: now,
+      })
+      await this.#deps.audit.record(trx, {
+        type: `purchase_request.${DONE[action]}`,
+        organizationId: tenant.organizationId,
+        actor: actorOf(principal),
+        subject: { type: 'purchase_request', id },
+        data: { from: current.status, to },
       })
       if (action === 'approve') {
         // The creator is emailed when they are a platform account (an API key has no mailbox).
