@@ -1,8 +1,9 @@
 import type { LightMyRequestResponse } from 'fastify'
-import { sql } from 'kysely'
+import { type Selectable, sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { ChainKeys, verifyStoredChain } from '../src/audit/index.ts'
 import { inTransaction } from '../src/db/database.ts'
+import type { AuditEventTable } from '../src/db/schema.ts'
 import {
   ACCOUNT_TEST_CONFIG,
   asUser,
@@ -29,18 +30,7 @@ const t = useTestApp({
 const AGENT = 'audit-test/1.0'
 const IP = '203.0.113.7'
 
-interface EventRow {
-  type: string
-  organization_id: string | null
-  actor_type: string
-  actor_id: string | null
-  subject_type: string | null
-  subject_id: string | null
-  ip_address: string | null
-  user_agent: string | null
-  request_id: string | null
-  data: Record<string, unknown>
-}
+type EventRow = Selectable<AuditEventTable>
 
 const eventsOf = (type: string, subjectId?: string): Promise<EventRow[]> => {
   let query = t.app.db.selectFrom('audit_events').selectAll().where('type', '=', type)

@@ -1,5 +1,5 @@
-import { sql } from 'kysely'
-import type { Executor, Tx } from '../db/schema.ts'
+import { type Selectable, sql } from 'kysely'
+import type { AuditEventTable, Executor, Tx } from '../db/schema.ts'
 import { GENESIS_HASH, type StoredEvent } from './chain.ts'
 
 /**
@@ -49,25 +49,7 @@ export async function chainEvents(
   return rows.map(toStoredEvent)
 }
 
-export function toStoredEvent(row: {
-  id: string
-  chain: string
-  sequence: string
-  organization_id: string | null
-  occurred_at: Date
-  type: string
-  actor_type: StoredEvent['actorType']
-  actor_id: string | null
-  subject_type: string | null
-  subject_id: string | null
-  ip_address: string | null
-  user_agent: string | null
-  request_id: string | null
-  data: Record<string, unknown>
-  key_id: string
-  previous_hash: string
-  hash: string
-}): StoredEvent {
+export function toStoredEvent(row: Selectable<AuditEventTable>): StoredEvent {
   return {
     id: row.id,
     chain: row.chain,
@@ -82,7 +64,7 @@ export function toStoredEvent(row: {
     ipAddress: row.ip_address,
     userAgent: row.user_agent,
     requestId: row.request_id,
-    data: row.data,
+    data: row.data as Record<string, unknown>,
     keyId: row.key_id,
     previousHash: row.previous_hash,
     hash: row.hash,

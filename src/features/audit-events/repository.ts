@@ -21,12 +21,7 @@ export function listAuditEvents(
   filter: AuditFilter,
   page: { beforeSequence?: number | undefined; limit: number },
 ): Promise<AuditEventRow[]> {
-  let query = db
-    .selectFrom('audit_events')
-    .selectAll()
-    .where('organization_id', '=', tenant.organizationId)
-    .where('chain', '=', tenant.organizationId)
-  query = narrow(query, filter)
+  let query = ofOrganization(db, tenant, filter)
   if (page.beforeSequence !== undefined) query = query.where('sequence', '<', page.beforeSequence as never)
   return query.orderBy('sequence', 'desc').limit(page.limit).execute()
 }
@@ -39,27 +34,29 @@ export function exportBatch(
   afterSequence: number,
   limit: number,
 ): Promise<AuditEventRow[]> {
+  return ofOrganization(db, tenant, filter)
+    .where('sequence', '>', afterSequence as never)
+    .orderBy('sequence')
+    .limit(limit)
+    .execute()
+}
+
+/** The organization's events (its own chain) that match the filter. */
+function ofOrganization(db: Executor, tenant: TenantScope, filter: AuditFilter) {
   let query = db
     .selectFrom('audit_events')
     .selectAll()
     .where('organization_id', '=', tenant.organizationId)
     .where('chain', '=', tenant.organizationId)
-    .where('sequence', '>', afterSequence as never)
-  query = narrow(query, filter)
-  return query.orderBy('sequence').limit(limit).execute()
-}
-
-// biome-ignore lint/suspicious/noExplicitAny: the two queries differ only in their ordering
-function narrow<Q extends { where: (...args: any[]) => Q }>(query: Q, filter: AuditFilter): Q {
-  let narrowed = query
-  if (filter.type) narrowed = narrowed.where('type', '=', filter.type)
-  if (filter.actorType) narrowed = narrowed.where('actor_type', '=', filter.actorType)
-  if (filter.actorId) narrowed = narrowed.where('actor_id', '=', filter.actorId)
-  if (filter.subjectType) narrowed = narrowed.where('subject_type', '=', filter.subjectType)
-  if (filter.subjectId) narrowed = narrowed.where('subject_id', '=', filter.subjectId)
-  if (filter.from) narrowed = narrowed.where('occurred_at', '>=', filter.from)
-  if (filter.to) narrowed = narrowed.where('occurred_at', '<', filter.to)
-  return narrowed
+  if (filter.type) query = query.where('type', '=', filter.type)
+  if (filter.actorType)
+    query = query.where('actor_type', '=', filter.actorType as AuditEventRow['actor_type'])
+  if (filter.actorId) query = query.where('actor_id', '=', filter.actorId)
+  if (filter.subjectType) query = query.where('subject_type', '=', filter.subjectType)
+  if (filter.subjectId) query = query.where('subject_id', '=', filter.subjectId)
+  if (filter.from) query = query.where('occurred_at', '>=', filter.from)
+  if (filter.to) query = query.where('occurred_at', '<', filter.to)
+  return query
 }
 
 /** The organization chain's last sequence and hash, or null before its first event. */
