@@ -318,5 +318,12 @@ describe('reading the trail', () => {
     expect(lines.map((e) => e.sequence)).toEqual([...lines.map((e) => e.sequence)].sort((a, b) => a - b))
     const [sequence] = String(res.headers['x-audit-head']).split(':')
     expect(Number(sequence)).toBeGreaterThanOrEqual(lines.at(-1).sequence)
+    // The export renders each event exactly as a page does.
+    const page = await as(admin.session, {
+      method: 'GET',
+      url: '/api/audit-events?type=sign_in.succeeded&limit=200',
+    })
+    const listed = new Map(page.json().items.map((e: { id: string }) => [e.id, e]))
+    for (const line of lines) expect(line).toEqual(listed.get(line.id))
   })
 })

@@ -5,8 +5,10 @@
 // sessions. BENCH_DURATION (seconds, default 5) and BENCH_CONNECTIONS (default 10) tune the run,
 // BENCH_REVOCATION_TRIALS (default 100) the reach; BENCH_DATABASE_URL (or TEST_DATABASE_URL)
 // benchmarks on real PostgreSQL, in a fresh database of its own, otherwise on the embedded one
-// (where the reach, which needs two processes on one database, is skipped). BENCH_ONLY, a regular
-// expression, picks scenarios by name: `BENCH_ONLY=revocation` runs the reach alone.
+// (where the reach, which needs two processes on one database, is skipped); then the audit export
+// (test/bench/audit-export.ts): the service's memory while it streams 100,000 events
+// (BENCH_AUDIT_EVENTS), PostgreSQL only. BENCH_ONLY, a regular expression, picks scenarios by name:
+// `BENCH_ONLY=revocation` runs the reach alone, `BENCH_ONLY='audit export'` the export.
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -18,6 +20,7 @@ import { openPGlite, openPostgres } from '../../src/db/database.ts'
 import { freePort } from '../../src/lifecycle.ts'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode, START_NODE_FLAGS } from '../helpers/process.ts'
+import { AUDIT_EXPORT, exportLine, GROWTH_GOAL_MB, measureAuditExport } from './audit-export.ts'
 import { measureRevocationReach, REVOCATION_REACH, reachLine } from './revocation-reach.ts'
 import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
 
@@ -226,10 +229,12 @@ async function seedData(url: string | undefined, dataDir: string, organizationId
 async function main() {
   // BENCH_ONLY (a regular expression) picks the scenarios of the table whose name matches (the
   // baseline and the floors always run with them) and the revocation reach when it matches
-  // REVOCATION_REACH; the table is left out when it matches none of its scenarios.
+  // REVOCATION_REACH, the audit export when it matches AUDIT_EXPORT; the table is left out when it
+  // matches none of its scenarios.
   const only = process.env.BENCH_ONLY ? new RegExp(process.env.BENCH_ONLY) : null
   const table = !only || scenarios.some((s) => only.test(s.name))
   const reach = !only || only.test(REVOCATION_REACH)
+  const exporting = !only || only.test(AUDIT_EXPORT)
   const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-bench-'))
   const serverUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL
   const benchDb = `platform_bench_${randomBytes(4).toString('hex')}`
@@ -254,6 +259,7 @@ async function main() {
   try {
     if (table) await runTable(appEnv, serverUrl, benchDb, dataDir, only)
     if (reach) await runReach(appEnv, serverUrl, dataDir)
+    if (exporting) await runExport(appEnv, serverUrl, dataDir)
   } finally {
     if (serverUrl) await adminQuery(serverUrl, `drop database if exists ${benchDb} with (force)`)
     await rm(dataDir, { recursive: true, force: true })
@@ -427,6 +433,20 @@ async function runReach(appEnv: Record<string, string>, serverUrl: string | unde
     }
     process.exitCode = 1
   }
+}
+
+/** The audit export's memory (test/bench/audit-export.ts): one more service process, PostgreSQL only. */
+async function runExport(appEnv: Record<string, string>, serverUrl: string | undefined, dataDir: string) {
+  process.stdout.write(`\nnpm run bench: ${AUDIT_EXPORT}, Node ${process.version}\n\n`)
+  if (!serverUrl) {
+    process.stdout.write(`${AUDIT_EXPORT}: skipped, the seeding needs PostgreSQL (BENCH_DATABASE_URL)\n`)
+    return
+  }
+  const figure = await measureAuditExport(appEnv, dataDir, (env) =>
+    start('test/bench/bench-server.ts', env, SERVICE_NODE_FLAGS),
+  )
+  process.stdout.write(`${exportLine(figure)}\n`)
+  if (figure.rssPeakMb - figure.rssBeforeMb >= GROWTH_GOAL_MB) process.exitCode = 1
 }
 
 await main()

@@ -1,4 +1,4 @@
-import type { Selectable } from 'kysely'
+import { type Selectable, sql } from 'kysely'
 import type { AuditEventTable, Executor } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 
@@ -26,18 +26,38 @@ export function listAuditEvents(
   return query.orderBy('sequence', 'desc').limit(page.limit).execute()
 }
 
-/** A batch of the organization's events matching the filter, oldest first, after `afterSequence`. */
-export function exportBatch(
+/**
+ * A batch of the organization's events matching the filter, oldest first, after `afterSequence`,
+ * each already rendered by PostgreSQL as the JSON text of an AuditEvent (the shape `toAuditEvent`
+ * gives a row), so an export of any size builds no object per event.
+ */
+export async function exportBatch(
   db: Executor,
   tenant: TenantScope,
   filter: AuditFilter,
   afterSequence: number,
   limit: number,
-): Promise<AuditEventRow[]> {
-  return ofOrganization(db, tenant, filter)
+): Promise<{ sequence: string; line: string }[]> {
+  // The batch is chosen first and rendered after: whatever plan PostgreSQL picks for the choice,
+  // only the rows of the batch are turned into JSON.
+  const batch = ofOrganization(db, tenant, filter)
     .where('sequence', '>', afterSequence as never)
     .orderBy('sequence')
     .limit(limit)
+  return db
+    .selectFrom(batch.as('e'))
+    .select([
+      'e.sequence',
+      sql<string>`json_build_object(
+        'id', e.id, 'sequence', e.sequence,
+        'occurredAt', to_char(e.occurred_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'type', e.type, 'actor', json_build_object('type', e.actor_type, 'id', e.actor_id),
+        'subject', case when e.subject_type is not null and e.subject_id is not null
+          then json_build_object('type', e.subject_type, 'id', e.subject_id) end,
+        'ipAddress', e.ip_address, 'userAgent', e.user_agent, 'requestId', e.request_id, 'data', e.data,
+        'previousHash', e.previous_hash, 'hash', e.hash)::text`.as('line'),
+    ])
+    .orderBy('e.sequence')
     .execute()
 }
 

@@ -11,7 +11,7 @@ import {
   listAuditEvents,
 } from './repository.ts'
 
-const EXPORT_BATCH = 1000
+const EXPORT_BATCH = 500
 
 export const toAuditEvent = (row: AuditEventRow) => ({
   id: row.id,
@@ -75,11 +75,14 @@ export class AuditEvents {
       let after = 0
       for (;;) {
         const batch = await exportBatch(db, tenant, filter, after, EXPORT_BATCH)
+        // Line by line: small strings, which the young generation frees at once (a batch joined
+        // into one string of some 300 kB would be allocated in the old generation, and kept until
+        // a full collection).
         for (const row of batch) {
           if (Number(row.sequence) > head.sequence) return
-          yield `${JSON.stringify(toAuditEvent(row))}\n`
+          yield `${row.line}\n`
         }
-        if (batch.length < EXPORT_BATCH) return
+        if (batch.length < EXPORT_BATCH || Number(batch.at(-1)?.sequence) > head.sequence) return
         after = Number(batch.at(-1)?.sequence)
       }
     }
