@@ -8,12 +8,20 @@ import { AppError } from './errors.ts'
 
 export interface TenantContext {
   readonly organizationId: string | null
-  /** Who sent the request, as the audit trail records it (absent outside a request). */
-  readonly request?: RequestOrigin
+  /** The request the context runs for (absent outside a request); read only by the audit trail. */
+  readonly request?: OriginSource
 }
 
-export interface RequestOrigin {
+/** What a request says of where it came from (a FastifyRequest is one). */
+export interface OriginSource {
   /** The client address as `platform.server.trust-proxy` decides it. */
+  readonly ip: string
+  readonly id: string
+  readonly headers: { readonly 'user-agent'?: string | undefined }
+}
+
+/** Who sent the request, as the audit trail records it. */
+export interface RequestOrigin {
   readonly ipAddress: string
   readonly userAgent: string | null
   readonly requestId: string
@@ -32,7 +40,10 @@ export function enterTenantContext(context: TenantContext, fn: () => void): void
 
 /** Where the current request came from; null outside a request (the CLI, workers). */
 export function currentRequestOrigin(): RequestOrigin | null {
-  return storage.getStore()?.request ?? null
+  const request = storage.getStore()?.request
+  return request
+    ? { ipAddress: request.ip, userAgent: request.headers['user-agent'] ?? null, requestId: request.id }
+    : null
 }
 
 export function currentTenant(): string | null {

@@ -211,6 +211,17 @@ describe('the chain', () => {
     }
     return organizationId
   }
+  async function chainOfMore(organizationId: string, count: number): Promise<void> {
+    for (let i = 0; i < count; i++) {
+      await inTransaction(t.app.db, (trx) =>
+        t.app.services.audit.record(trx, {
+          type: 'test.later',
+          organizationId,
+          actor: { type: 'system', id: null },
+        }),
+      )
+    }
+  }
   const verify = (chain: string) => verifyStoredChain(t.app.db, t.app.services.audit.keys, chain)
 
   it('verifies an untouched chain and reports its head', async () => {
@@ -251,6 +262,37 @@ describe('the chain', () => {
     await renumber(4, 2)
     await renumber(-2, 4)
     expect(await verify(chain)).toMatchObject({ ok: false, sequence: 2 })
+  })
+
+  it('verifies events hashed with a previous chain key once a new one hashes', async () => {
+    const chain = await chainOf(3)
+    const previous = t.app.services.audit.keys.current
+    const rotated = new ChainKeys(Buffer.alloc(32, 7), [previous])
+    expect(await verifyStoredChain(t.app.db, rotated, chain)).toMatchObject({ ok: true, events: 3 })
+    expect(await verifyStoredChain(t.app.db, new ChainKeys(Buffer.alloc(32, 7)), chain)).toMatchObject({
+      ok: false,
+      sequence: 1,
+    })
+  })
+
+  it('removes what is older than the retention from the start of each chain only', async () => {
+    const DAY = 86_400
+    const chain = await chainOf(3)
+    t.clock.advanceSeconds(200 * DAY)
+    await chainOfMore(chain, 1)
+    // A late event stamped with an old time (a clock that went back) does not cut the chain in the middle.
+    t.clock.advanceSeconds(-300 * DAY)
+    await chainOfMore(chain, 1)
+    t.clock.advanceSeconds(300 * DAY)
+    t.clock.advanceSeconds(201 * DAY)
+    await t.app.housekeeping.runOnce()
+    const left = await t.app.db
+      .selectFrom('audit_events')
+      .select('sequence')
+      .where('chain', '=', chain)
+      .execute()
+    expect(left.map((row) => row.sequence)).toEqual(['4', '5'])
+    expect(await verify(chain)).toMatchObject({ ok: true, events: 2, head: { sequence: 5 } })
   })
 
   it('still verifies what retention leaves, and refuses a key it does not know', async () => {

@@ -41,6 +41,8 @@ describe('configuration', () => {
     })
     expect(config.auth.refresh.reuseGrace).toBe(0)
     expect(config.auth.revocation.fallbackTtl).toBe(10)
+    expect(config.retention.auditEvents).toBe(400 * 86400)
+    expect(config.audit).toEqual({ previousKeys: [] })
     expect(config.auth.passkeys).toEqual({
       rpId: 'localhost',
       rpName: 'Platform',
@@ -109,6 +111,14 @@ describe('configuration', () => {
     expect(() => loadConfig({ ...base, 'platform.auth.passkeys.challenge-ttl': '10m' })).toThrow(
       /platform\.auth\.passkeys\.challenge-ttl/,
     )
+  })
+
+  it('refuses an audit chain key that is not base64 of at least 256 bits, naming the property', () => {
+    expect(() => load({ 'platform.audit.chain-key': 'c2hvcnQ=' })).toThrow(/platform\.audit\.chain-key/)
+    expect(() => load({ 'platform.audit.previous-keys': 'not base64!' })).toThrow(
+      /platform\.audit\.previous-keys/,
+    )
+    expect(load({ 'platform.audit.chain-key': secret }).audit.chainKey).toBe(secret)
   })
 
   it('derives environment names by upper-casing and replacing dots and dashes', () => {

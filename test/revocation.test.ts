@@ -4,8 +4,9 @@ import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { runWithTenant } from '../src/context.ts'
 import { openPostgres } from '../src/db/database.ts'
+import { InvalidatedCache } from '../src/db/invalidated-cache.ts'
 import type { UserPrincipal } from '../src/principal.ts'
-import { parseRevocation, RevocableCache } from '../src/security/revocation.ts'
+import { parseRevocation } from '../src/security/revocation.ts'
 import { FAST_LOGIN_CONFIG, newOrganization, newUser, signIn } from './helpers/accounts.ts'
 import { createTestApp, type TestApp, useTestApp } from './helpers/app.ts'
 import { usingPostgres } from './helpers/database.ts'
@@ -267,9 +268,9 @@ describe('a dead credential is answered 401, never 403', () => {
   })
 })
 
-describe('RevocableCache', () => {
+describe('InvalidatedCache', () => {
   it('does not keep a value loaded while an entry was dropped (the row may predate the revocation)', async () => {
-    const cache = new RevocableCache<{ revoked: boolean }>({ max: 10, ttlMs: 60_000 })
+    const cache = new InvalidatedCache<{ revoked: boolean }>({ max: 10, ttl: 60_000 })
     const read = Promise.withResolvers<{ revoked: boolean }>()
     const loading = cache.load('key', () => read.promise)
     cache.delete('key')
@@ -282,7 +283,7 @@ describe('RevocableCache', () => {
   })
 
   it('drops by value and clears', async () => {
-    const cache = new RevocableCache<{ user: string }>({ max: 10, ttlMs: 60_000 })
+    const cache = new InvalidatedCache<{ user: string }>({ max: 10, ttl: 60_000 })
     for (const [key, user] of [
       ['s1', 'u1'],
       ['s2', 'u1'],

@@ -1,4 +1,5 @@
-import { createHash, createHmac, hkdfSync, timingSafeEqual } from 'node:crypto'
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto'
+import { deriveKey } from '../security/secret-box.ts'
 
 // The audit trail's tamper evidence: per chain (an organization, or `system`), every event is
 // numbered and hashed as HMAC-SHA256(key, previous hash ‖ canonical event). The key is a secret of
@@ -40,7 +41,7 @@ function canonicalJson(value: unknown): string {
 }
 
 /** The event's text as hashed: exactly the fields of ChainedEvent, whatever else the object holds. */
-export function canonicalEvent(event: ChainedEvent): string {
+function canonicalEvent(event: ChainedEvent): string {
   return canonicalJson({
     id: event.id,
     chain: event.chain,
@@ -85,16 +86,14 @@ export class ChainKeys {
 
   /** Keys derived from secrets (the chain key, or the JWT secrets when none is configured). */
   static derivedFrom(secrets: Buffer[]): ChainKeys {
-    const [first, ...rest] = secrets.map((secret) =>
-      Buffer.from(hkdfSync('sha256', secret, Buffer.alloc(0), 'platform-core-audit-chain', 32)),
-    )
+    const [first, ...rest] = secrets.map((secret) => deriveKey(secret, 'audit-chain'))
     if (!first) throw new Error('no audit chain key')
     return new ChainKeys(first, rest)
   }
 }
 
 /** A key's public name, stored with each event it hashed. */
-export function chainKeyId(key: Buffer): string {
+function chainKeyId(key: Buffer): string {
   return createHash('sha256').update('platform-core-audit-kid').update(key).digest('base64url').slice(0, 16)
 }
 
@@ -167,11 +166,4 @@ export class ChainVerifier {
     const head = this.#previous ? { sequence: this.#previous.sequence, hash: this.#previous.hash } : null
     return { ok: true, events: this.#count, head }
   }
-}
-
-/** Checks a whole chain given at once (see ChainVerifier). */
-export function verifyChain(events: Iterable<StoredEvent>, keys: ChainKeys): Verification {
-  const verifier = new ChainVerifier(keys)
-  for (const event of events) if (!verifier.check(event)) break
-  return verifier.result
 }

@@ -16,14 +16,8 @@ async function tenantPlugin(app: FastifyInstance) {
   app.decorateRequest('tenantContext', null)
 
   app.addHook('onRequest', (request, _reply, done) => {
-    const context: TenantContext = {
-      organizationId: request.principal?.organizationId ?? null,
-      request: {
-        ipAddress: request.ip,
-        userAgent: request.headers['user-agent'] ?? null,
-        requestId: request.id,
-      },
-    }
+    // The request itself: its origin is read only when an audit event is recorded.
+    const context: TenantContext = { organizationId: request.principal?.organizationId ?? null, request }
     request.tenantContext = context
     enterTenantContext(context, done)
   })

@@ -1,4 +1,3 @@
-import { LRUCache } from 'lru-cache'
 import { notify } from '../db/notifications.ts'
 import type { Tx } from '../db/schema.ts'
 import { isUuid } from '../uuid.ts'
@@ -45,52 +44,4 @@ export interface RevocationListener {
   revoked(revocation: Revocation): void
   /** Drops everything: notifications may have been missed. */
   clear(): void
-}
-
-/**
- * A cache of looked-up credential state that a revocation can empty. A value loaded while any
- * entry was dropped is returned but not kept: the statement may have read the row just before the
- * revoking transaction committed, and its notification may already have been applied.
- */
-export class RevocableCache<V extends NonNullable<unknown>> {
-  readonly #entries: LRUCache<string, V>
-  #generation = 0
-
-  constructor(options: { max: number; ttlMs: number }) {
-    this.#entries = new LRUCache({ max: options.max, ttl: options.ttlMs })
-  }
-
-  get(key: string): V | undefined {
-    return this.#entries.get(key)
-  }
-
-  /** The cached value, or what `load` reads (kept unless a revocation arrived meanwhile). */
-  async load(key: string, load: () => Promise<V>): Promise<V> {
-    const cached = this.#entries.get(key)
-    if (cached !== undefined) return cached
-    const generation = this.#generation
-    const loaded = await load()
-    if (generation === this.#generation) this.#entries.set(key, loaded)
-    return loaded
-  }
-
-  delete(key: string): void {
-    this.#generation++
-    this.#entries.delete(key)
-  }
-
-  /** Drops every entry whose value matches. */
-  deleteWhere(matches: (value: V) => boolean): void {
-    this.#generation++
-    for (const [key, entry] of this.#entries.entries()) if (matches(entry)) this.#entries.delete(key)
-  }
-
-  clear(): void {
-    this.#generation++
-    this.#entries.clear()
-  }
-
-  get size(): number {
-    return this.#entries.size
-  }
 }

@@ -1,5 +1,10 @@
 import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes } from 'node:crypto'
 
+/** A 256-bit key for one purpose, derived with HKDF from a deployment secret. */
+export function deriveKey(master: Buffer, purpose: string): Buffer {
+  return Buffer.from(hkdfSync('sha256', master, 'platform-core', purpose, 32))
+}
+
 /**
  * Authenticated encryption (AES-256-GCM) for secrets kept at rest: TOTP secrets, token links in the
  * mail outbox. Keys are derived with HKDF from the deployment's JWT secrets under a purpose label,
@@ -15,7 +20,7 @@ export class SecretBox {
   constructor(masterSecrets: Buffer | readonly Buffer[], purpose: string) {
     const masters = Array.isArray(masterSecrets) ? masterSecrets : [masterSecrets as Buffer]
     const derived = masters.map((master): [string, Buffer] => {
-      const key = Buffer.from(hkdfSync('sha256', master, 'platform-core', purpose, 32))
+      const key = deriveKey(master, purpose)
       return [createHash('sha256').update(key).digest('base64url').slice(0, 8), key]
     })
     if (!derived[0]) throw new Error('a secret box needs a key')

@@ -1,10 +1,8 @@
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { sql } from 'kysely'
-import { buildApp } from '../../src/app.ts'
-import { configFromEnv, loadConfig } from '../../src/config.ts'
 import { createOrganization } from '../../src/features/organizations/index.ts'
-import { startEmbeddedStorage } from '../../src/storage/embedded-s3.ts'
+import { inProcessApp } from './in-process-app.ts'
 import type { Instance } from './revocation-reach.ts'
 
 // What an export of a large audit trail costs the service: an organization with EVENTS events
@@ -36,19 +34,9 @@ export async function measureAuditExport(
   dataDir: string,
   start: (env: Record<string, string>) => Promise<Instance & { child: { pid?: number } }>,
 ): Promise<ExportFigure> {
-  const source = configFromEnv({ ...env, PLATFORM_DATA_DIR: path.join(dataDir, 'export-seeder') })
-  let config = loadConfig(source)
-  const embeddedS3 = await startEmbeddedStorage(config)
-  if (embeddedS3) config = loadConfig({ ...source, ...embeddedS3.configSource() })
-  const app = await buildApp(config, {
-    logLevel: 'warn',
-    startMailWorker: false,
-    startAuthzWorker: false,
-    startHousekeeping: false,
-  })
+  const { app, close } = await inProcessApp(env, dataDir, 'export-seeder')
   let instance: (Instance & { child: { pid?: number } }) | undefined
   try {
-    await app.ready()
     const organizationId = (await createOrganization(app.db, { name: 'Audit export' })).id
     const key = await app.services.apiKeys.create({
       organizationId,
@@ -101,8 +89,7 @@ export async function measureAuditExport(
   } finally {
     instance?.child.kill('SIGTERM')
     await instance?.done.catch(() => undefined)
-    await app.close()
-    await embeddedS3?.close()
+    await close()
   }
 }
 

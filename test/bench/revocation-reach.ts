@@ -1,9 +1,7 @@
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
-import { buildApp } from '../../src/app.ts'
-import { configFromEnv, loadConfig } from '../../src/config.ts'
 import { createOrganization } from '../../src/features/organizations/index.ts'
-import { startEmbeddedStorage } from '../../src/storage/embedded-s3.ts'
+import { inProcessApp } from './in-process-app.ts'
 
 // How long a revocation takes to reach another instance: two service processes A and B on the
 // bench's database, both trusting what they cached for an hour (platform.auth.revocation.fallback-ttl),
@@ -152,19 +150,9 @@ export async function measureRevocationReach(
     PLATFORM_AUTH_SESSION_VERSION_ENABLED: 'true',
   }
   // The revoking app of this process; it migrates the database before A and B start on it.
-  const source = configFromEnv({ ...reachEnv, PLATFORM_DATA_DIR: path.join(dataDir, 'reach-revoker') })
-  let config = loadConfig(source)
-  const embeddedS3 = await startEmbeddedStorage(config)
-  if (embeddedS3) config = loadConfig({ ...source, ...embeddedS3.configSource() })
-  const app = await buildApp(config, {
-    logLevel: 'warn',
-    startMailWorker: false,
-    startAuthzWorker: false,
-    startHousekeeping: false,
-  })
+  const { app, close } = await inProcessApp(reachEnv, dataDir, 'reach-revoker')
   const started: Instance[] = []
   try {
-    await app.ready()
     const organizationId = (await createOrganization(app.db, { name: 'Revocation reach' })).id
     const email = 'revocation-reach@example.test'
     await app.services.users.create({ organizationId, email, role: 'member', password: PASSWORD })
@@ -179,8 +167,7 @@ export async function measureRevocationReach(
   } finally {
     for (const instance of started) instance.child.kill('SIGTERM')
     await Promise.all(started.map((instance) => instance.done.catch(() => undefined)))
-    await app.close()
-    await embeddedS3?.close()
+    await close()
   }
 }
 

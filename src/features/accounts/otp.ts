@@ -1,4 +1,4 @@
-import { createHmac, hkdfSync, randomInt } from 'node:crypto'
+import { createHmac, randomInt } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { Secret, TOTP } from 'otpauth'
 import type { AuditTrail } from '../../audit/index.ts'
@@ -8,7 +8,7 @@ import { inTransaction } from '../../db/database.ts'
 import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
-import type { SecretBox } from '../../security/secret-box.ts'
+import { deriveKey, type SecretBox } from '../../security/secret-box.ts'
 import {
   claimOtpStep,
   consumeBackupCode,
@@ -77,9 +77,7 @@ class BackupCodeHasher {
 
   /** `masterSecrets`: the current JWT secret first, then the previous ones (rotation). */
   constructor(masterSecrets: readonly Buffer[]) {
-    this.#keys = masterSecrets.map((master) =>
-      Buffer.from(hkdfSync('sha256', master, 'platform-core', 'otp-backup-code-mac', 32)),
-    )
+    this.#keys = masterSecrets.map((master) => deriveKey(master, 'otp-backup-code-mac'))
   }
 
   /** The stored form of a normalised code, under the current key. */

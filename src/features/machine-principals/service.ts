@@ -5,16 +5,12 @@ import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
+import { InvalidatedCache } from '../../db/invalidated-cache.ts'
 import type { Database } from '../../db/schema.ts'
 import { AppError, validationFailed } from '../../errors.ts'
 import type { ApiKeyPrincipal, ServiceAccountPrincipal } from '../../principal.ts'
 import { isScope, SCOPES } from '../../scopes.ts'
-import {
-  publishRevocation,
-  RevocableCache,
-  type Revocation,
-  type RevocationListener,
-} from '../../security/revocation.ts'
+import { publishRevocation, type Revocation, type RevocationListener } from '../../security/revocation.ts'
 import type { AccessTokens, IssuedToken } from '../../security/tokens.ts'
 import { sha256 } from '../../security/tokens.ts'
 import { findOrganization } from '../organizations/index.ts'
@@ -74,12 +70,12 @@ const cacheTtlMs = (config: Config) => config.auth.revocation.fallbackTtl * 1000
  */
 export class ServiceAccounts implements RevocationListener {
   readonly #deps: Deps
-  readonly #active: RevocableCache<{ active: boolean; scopes: string[]; clientId: string }>
+  readonly #active: InvalidatedCache<{ active: boolean; scopes: string[]; clientId: string }>
   readonly #dummyHash = sha256(randomBytes(32).toString('hex'))
 
   constructor(deps: Deps) {
     this.#deps = deps
-    this.#active = new RevocableCache({ max: 10_000, ttlMs: cacheTtlMs(deps.config) })
+    this.#active = new InvalidatedCache({ max: 10_000, ttl: cacheTtlMs(deps.config) })
   }
 
   revoked(revocation: Revocation): void {
@@ -196,12 +192,12 @@ type CachedKey = Pick<ApiKeyRow, 'id' | 'organization_id' | 'scopes' | 'expires_
  */
 export class ApiKeys implements RevocationListener {
   readonly #deps: Deps
-  readonly #byHash: RevocableCache<CachedKey | 'none'>
+  readonly #byHash: InvalidatedCache<CachedKey | 'none'>
   readonly #lastUse = new Map<string, Date>()
 
   constructor(deps: Deps) {
     this.#deps = deps
-    this.#byHash = new RevocableCache({ max: 50_000, ttlMs: cacheTtlMs(deps.config) })
+    this.#byHash = new InvalidatedCache({ max: 50_000, ttl: cacheTtlMs(deps.config) })
   }
 
   revoked(revocation: Revocation): void {

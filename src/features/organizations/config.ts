@@ -1,10 +1,10 @@
 import type { Kysely } from 'kysely'
-import { LRUCache } from 'lru-cache'
 import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
 import { runWithTenant } from '../../context.ts'
 import { inTransaction } from '../../db/database.ts'
+import { InvalidatedCache } from '../../db/invalidated-cache.ts'
 import { LISTEN_LOST, LISTEN_RESET, notify } from '../../db/notifications.ts'
 import type { Database, Tx } from '../../db/schema.ts'
 import { currentTenantScope, type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
@@ -82,19 +82,17 @@ export class OrganizationConfig {
   readonly #db: Kysely<Database>
   readonly #clock: Clock
   readonly #permissions: Permissions
-  readonly #cache: LRUCache<string, ReadonlyMap<string, string>>
+  readonly #cache: InvalidatedCache<ReadonlyMap<string, string>>
   readonly #listeners = new Set<ConfigChangeListener>()
   /** Whether notifications reach this instance; the cache is used only while they do. */
   #listening = false
-  /** Bumped by every invalidation: a read that saw it change does not fill the cache. */
-  #generation = 0
 
   constructor(options: OrganizationConfigOptions) {
     this.#audit = options.audit
     this.#db = options.db
     this.#clock = options.clock
     this.#permissions = options.permissions
-    this.#cache = new LRUCache({
+    this.#cache = new InvalidatedCache({
       max: options.maxOrganizations ?? 10_000,
       // Characters, roughly: 64 MiB of values at most, whatever the number of organizations.
       maxSize: 32 * 1024 * 1024,
@@ -202,7 +200,6 @@ export class OrganizationConfig {
   /** Switches the cache on or off as notifications start or stop (the plugin calls it). */
   setListening(listening: boolean): void {
     this.#listening = listening
-    this.#generation++
     this.#cache.clear()
     this.#emit(null)
   }
@@ -214,7 +211,6 @@ export class OrganizationConfig {
   }
 
   #invalidate(organizationId: string): void {
-    this.#generation++
     this.#cache.delete(organizationId)
     this.#emit(organizationId)
   }
@@ -225,10 +221,10 @@ export class OrganizationConfig {
 
   /** Reads the entries in one transaction and caches them unless an invalidation came meanwhile. */
   async #load(tenant: TenantScope): Promise<OrganizationConfigRow[]> {
-    const generation = this.#generation
+    const token = this.#cache.snapshot()
     const rows = await inTransaction(this.#db, (trx) => listConfigEntries(trx, tenant))
-    if (this.#listening && generation === this.#generation) {
-      this.#cache.set(tenant.organizationId, new Map(rows.map((row) => [row.key, row.value])))
+    if (this.#listening) {
+      this.#cache.setIfCurrent(token, tenant.organizationId, new Map(rows.map((row) => [row.key, row.value])))
     }
     return rows
   }

@@ -17,6 +17,7 @@ import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
 import type { UserPrincipal } from '../../principal.ts'
+import { deriveKey } from '../../security/secret-box.ts'
 import { findAccount } from '../accounts/index.ts'
 import type { PasskeyAssertion } from '../sessions/index.ts'
 import {
@@ -100,9 +101,7 @@ export class PasskeyService {
 
   constructor(deps: PasskeyServiceDeps) {
     this.#deps = deps
-    this.#decoyKey = createHmac('sha256', jwtSecrets(deps.config)[0] as Buffer)
-      .update('passkey-decoy-credentials')
-      .digest()
+    this.#decoyKey = deriveKey(jwtSecrets(deps.config)[0] as Buffer, 'passkey-decoy-credentials')
   }
 
   get #rp() {

@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely'
+import { InvalidatedCache } from '../../db/invalidated-cache.ts'
 import type { Database } from '../../db/schema.ts'
-import { RevocableCache, type Revocation, type RevocationListener } from '../../security/revocation.ts'
+import type { Revocation, RevocationListener } from '../../security/revocation.ts'
 import type { UserTokenClaims } from '../../security/tokens.ts'
 import { findSessionState } from './repository.ts'
 import type { SessionVersionProvider } from './session-version.ts'
@@ -23,12 +24,12 @@ interface SessionState {
 export class SessionGate implements RevocationListener {
   readonly #db: Kysely<Database>
   readonly #provider: SessionVersionProvider | null
-  readonly #states: RevocableCache<SessionState>
+  readonly #states: InvalidatedCache<SessionState>
 
   constructor(deps: { db: Kysely<Database>; ttlMs: number; provider: SessionVersionProvider | null }) {
     this.#db = deps.db
     this.#provider = deps.provider
-    this.#states = new RevocableCache({ max: 50_000, ttlMs: deps.ttlMs })
+    this.#states = new InvalidatedCache({ max: 50_000, ttl: deps.ttlMs })
   }
 
   async admits(claims: UserTokenClaims): Promise<boolean> {
