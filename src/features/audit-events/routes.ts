@@ -53,7 +53,7 @@ const auditRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary: 'Every matching event, oldest first, as NDJSON (streamed); needs organization admin',
         description:
           'One AuditEvent per line, up to the chain’s head when the export began, named by X-Audit-Head ' +
-          '(`<sequence>:<hash>`, empty before the first event). No page limit; memory stays bounded.',
+          '(`<sequence>:<hash>`, empty before the first event). No page limit: read and written 500 events at a time.',
         querystring: AuditExportQuery,
         response: {
           200: {

@@ -64,7 +64,7 @@ export class AuditEvents {
 
   /**
    * The events matching the filter, oldest first, as NDJSON lines, read a batch at a time up to the
-   * head as it was when the export began (so memory stays bounded however many there are).
+   * head as it was when the export began (the export is never held whole).
    */
   async export(principal: Principal, filter: AuditFilter) {
     const tenant = await this.#authorize(principal)
