@@ -58,7 +58,14 @@ async function runToEnd(binary: string, args: string[]): Promise<void> {
   if (code !== 0) throw new Error(`openfga ${args[0]} exited ${code}: ${stderr}`)
 }
 
-/** Starts a server; rejects when it exits or is not healthy within 30 s. */
+/** Thrown when a port probed free was taken (by another test file's process) before the bind. */
+class PortTaken extends Error {}
+
+/**
+ * Starts a server; rejects when it exits or is not healthy within 30 s. A port probed free can be
+ * taken by a parallel test file before the server binds it: the start is then tried again on
+ * fresh ports, up to five times.
+ */
 export async function startOpenFga(options: OpenFgaOptions = {}): Promise<OpenFgaServer> {
   const binary = await openFgaBinary()
   if (!binary) throw new Error('OpenFGA is not installed: run npm run openfga:install')
@@ -68,7 +75,25 @@ export async function startOpenFga(options: OpenFgaOptions = {}): Promise<OpenFg
       ? ['--datastore-engine', 'memory']
       : ['--datastore-engine', 'postgres', '--datastore-uri', datastore.postgres]
   if (datastore !== 'memory') await runToEnd(binary, ['migrate', ...store])
-  const [http, grpc] = [options.httpPort ?? (await freePort()), await freePort()]
+  for (let attempt = 1; ; attempt++) {
+    const http = options.httpPort ?? (await freePort())
+    let grpc = await freePort()
+    while (grpc === http) grpc = await freePort()
+    try {
+      return await launch(binary, store, http, grpc, options)
+    } catch (error) {
+      if (!(error instanceof PortTaken) || attempt === 5) throw error
+    }
+  }
+}
+
+async function launch(
+  binary: string,
+  store: string[],
+  http: number,
+  grpc: number,
+  options: OpenFgaOptions,
+): Promise<OpenFgaServer> {
   const authn = options.presharedKey
     ? ['--authn-method', 'preshared', '--authn-preshared-keys', options.presharedKey]
     : []
@@ -104,7 +129,8 @@ export async function startOpenFga(options: OpenFgaOptions = {}): Promise<OpenFg
     clearTimeout(timer)
   }
   const gone = exited(child).then((code) => {
-    throw new Error(`openfga run exited ${code} before it was healthy: ${stderr}`)
+    const message = `openfga run exited ${code} before it was healthy: ${stderr}`
+    throw stderr.includes('address already in use') ? new PortTaken(message) : new Error(message)
   })
   const deadline = Date.now() + 30_000
   const healthy = (async () => {
