@@ -26,6 +26,7 @@ import purchaseRequestsFeature from './features/purchase-requests/index.ts'
 import { retentionRules } from './features/retention/index.ts'
 import type { CredentialAuthenticator, SessionVersionProvider } from './features/sessions/index.ts'
 import sessionsFeature from './features/sessions/index.ts'
+import webhooksFeature, { type Resolve } from './features/webhooks/index.ts'
 import housekeepingPlugin from './housekeeping/plugin.ts'
 import authPlugin from './http/auth.ts'
 import backgroundPlugin from './http/background.ts'
@@ -63,6 +64,10 @@ export interface AppDependencies {
   mailTransport?: MailTransport
   /** false: the mail outbox worker does not poll (CLI; tests drive `app.mail.worker.runOnce()`). */
   startMailWorker?: boolean
+  /** false: the webhook outbox worker does not poll (CLI; tests drive `app.services.webhookWorker.runOnce()`). */
+  startWebhookWorker?: boolean
+  /** Resolves webhook endpoints' host names (tests map names to addresses); default: the system's resolver. */
+  webhookResolve?: Resolve
   /** An authorization adapter the caller owns (tests); otherwise OpenFGA or the embedded evaluator. */
   authorization?: AuthorizationPort
   /** false: the authorization outbox worker does not poll (CLI; tests drive `app.authz.outbox.runOnce()`). */
@@ -306,6 +311,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     authenticator: deps.authenticator,
     sessionVersionProvider: deps.sessionVersionProvider,
     passwordResetHandler: deps.passwordResetHandler,
+    webhookResolve: deps.webhookResolve,
+    startWebhookWorker: deps.startWebhookWorker ?? true,
   })
   // The request path: the principal and the route guard, the tenant context, the declared rate
   // limits, idempotent replays.
@@ -323,6 +330,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(filesFeature)
   await app.register(purchaseRequestsFeature)
   await app.register(auditEventsFeature)
+  await app.register(webhooksFeature)
   if (deps.console) {
     if (config.profile === 'production') throw new Error('the demo console is not served under production')
     // Loaded only when asked for: it bundles the console with esbuild, a development dependency.

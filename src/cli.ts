@@ -308,6 +308,7 @@ async function main(argv: string[]) {
     logLevel: process.env.LOG_LEVEL ?? 'warn',
     logStream: process.stderr,
     startMailWorker: false,
+    startWebhookWorker: false,
     startAuthzWorker: false,
     startHousekeeping: false,
   })

@@ -162,6 +162,16 @@ export const ConfigSchema = Type.Object({
     /** Earlier chain keys, still accepted when verifying the events they hashed. */
     previousKeys: List([]),
   }),
+  webhooks: Type.Object({
+    /** Allows `http://` URLs and loopback, private, link-local and unique-local targets (development, tests). */
+    allowPrivateNetworks: Type.Boolean({ default: false }),
+    /** One delivery attempt's limit: connecting, sending and the receiver's answer. */
+    timeout: Duration('10s', { maximum: 60 }),
+    /** An endpoint is disabled once this many attempts in a row have failed… */
+    disableAfterFailures: Count(10),
+    /** …and it has had no success for this long (about the retries' span). */
+    disableAfter: Duration('72h'),
+  }),
   docs: Type.Object({ enabled: Type.Optional(Type.Boolean()) }),
   metrics: Type.Object({
     /** When set, GET /metrics needs `Authorization: Bearer <token>`; under production it is required. */
@@ -180,6 +190,8 @@ export const ConfigSchema = Type.Object({
     idempotencyKeys: Duration('24h'),
     /** Audit events; what remains still verifies from its first event. */
     auditEvents: Duration('400d'),
+    /** Webhook deliveries (delivered or dead-lettered) and their attempts. */
+    webhookDeliveries: Duration('30d'),
   }),
 })
 

@@ -15,6 +15,8 @@ try {
   source['platform.profile'] ??= 'development'
   // Plain-HTTP localhost: browsers drop Secure cookies outside https in some engines.
   source['platform.auth.cookie.secure'] ??= 'false'
+  // Webhooks to a receiver on this machine (http://localhost:…), which production refuses.
+  source['platform.webhooks.allow-private-networks'] ??= 'true'
   // Reachable from this machine only, unless told otherwise.
   source['platform.server.host'] ??= '127.0.0.1'
   port = Number(source['platform.server.port'] ?? 8080)

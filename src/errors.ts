@@ -33,6 +33,7 @@ export const ErrorCatalogue = {
   PASSKEY_EXISTS: { status: 409, title: 'Passkey already registered' },
   LAST_ADMIN: { status: 409, title: 'Last active admin' },
   IDEMPOTENCY_KEY_REUSED: { status: 409, title: 'Idempotency key reused' },
+  WEBHOOK_LIMIT_REACHED: { status: 409, title: 'Webhook endpoint limit reached' },
   REQUEST_TIMEOUT: { status: 408, title: 'Request timeout' },
   PAYLOAD_TOO_LARGE: { status: 413, title: 'Payload too large' },
   URI_TOO_LONG: { status: 414, title: 'URI too long' },

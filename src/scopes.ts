@@ -9,6 +9,7 @@ export const SCOPES = [
   'config:write',
   'authz:check',
   'audit:read',
+  'webhooks:write',
 ] as const
 
 export type Scope = (typeof SCOPES)[number]

@@ -328,6 +328,7 @@ describe('operators see what exists', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     expect(before.outboxes).toEqual([
       { kind: 'mail', pending: expect.any(Number), deadLetters: expect.any(Number) },
       { kind: 'authz', pending: expect.any(Number), deadLetters: expect.any(Number) },
+      { kind: 'webhook', pending: expect.any(Number), deadLetters: expect.any(Number) },
     ])
     if (!database) return
     // On PostgreSQL the test can write beside the CLI: one mail given up, one change the model rejected.

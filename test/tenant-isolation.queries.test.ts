@@ -24,6 +24,8 @@ const TENANT_TABLES = [
   'files',
   'organization_config',
   'audit_events',
+  'webhook_endpoints',
+  'webhook_attempts',
 ]
 
 /** Tables with an organization column that are not read on behalf of a tenant, and why. */
@@ -35,6 +37,7 @@ const NOT_TENANT_READS: Record<string, string> = {
   passkeys: "a user's own passkeys, found from the principal, or by credential id when signing in",
   api_keys: 'found by hash when authenticating; created, listed and revoked by operators (the CLI)',
   mail_outbox: "the mail worker's queue, which spans organizations",
+  webhook_outbox: "the webhook worker's queue, which spans organizations",
 }
 
 /** Functions that query a tenant table across organizations on purpose, and why. */
@@ -49,6 +52,18 @@ const CROSS_TENANT: Record<string, string> = {
     "the files retention rule sweeps every organization's unfinished uploads",
   'src/features/retention/repository.ts#deleteUnfinishedFiles':
     "the files retention rule sweeps every organization's unfinished uploads",
+  'src/features/webhooks/fan-out.ts#webhookFanOut':
+    'queues messages for the endpoints of the organization the appended audit event belongs to',
+  'src/features/webhooks/repository.ts#endpointsByIds':
+    'the webhook worker loads the endpoints of the messages it claimed, whatever their organization',
+  'src/features/webhooks/repository.ts#lockEndpointState':
+    'the webhook worker reads the failure state of the endpoint a claimed message goes to',
+  'src/features/webhooks/repository.ts#recordAttempt':
+    'the webhook worker records an attempt of a claimed message for its endpoint and organization',
+  'src/features/webhooks/repository.ts#endpointUrl':
+    'the webhook worker names the endpoint it disabled in the notice to its organization’s admins',
+  'src/features/webhooks/repository.ts#deleteOldDeliveries':
+    "the webhook_deliveries retention rule sweeps every organization's delivery attempts",
   'src/features/purchase-requests/repository.ts#purchaseRequestExistsOutside':
     "tells another organization's request (403) from an unknown id (404); reads no column of the row",
 }

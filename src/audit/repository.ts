@@ -1,4 +1,4 @@
-import { type Selectable, sql } from 'kysely'
+import { type RawBuilder, type Selectable, sql } from 'kysely'
 import type { AuditEventTable, Executor, Tx } from '../db/schema.ts'
 import { GENESIS_HASH, type StoredEvent } from './chain.ts'
 
@@ -15,8 +15,15 @@ export async function lockChainHead(trx: Tx, chain: string): Promise<{ sequence:
   return { sequence: Number(head.sequence), hash: head.hash }
 }
 
-/** Appends an event and moves its chain's head to it, in one statement. */
-export async function appendEvent(trx: Tx, event: StoredEvent): Promise<void> {
+/**
+ * Appends an event and moves its chain's head to it, in one statement, with `alongside` (a
+ * data-modifying statement of the caller's, such as queueing webhook messages) as one more part.
+ */
+export async function appendEvent(
+  trx: Tx,
+  event: StoredEvent,
+  alongside: RawBuilder<unknown> | null = null,
+): Promise<void> {
   await sql`
     with appended as (
       insert into audit_events (id, chain, sequence, organization_id, occurred_at, type, actor_type,
@@ -26,7 +33,7 @@ export async function appendEvent(trx: Tx, event: StoredEvent): Promise<void> {
         ${event.type}, ${event.actorType}, ${event.actorId}, ${event.subjectType}, ${event.subjectId},
         ${event.ipAddress}, ${event.userAgent}, ${event.requestId}, ${JSON.stringify(event.data)}::jsonb,
         ${event.keyId}, ${event.previousHash}, ${event.hash})
-    )
+    )${alongside ? sql`, alongside as (${alongside})` : sql``}
     update audit_chain_heads set sequence = ${event.sequence}, hash = ${event.hash}
     where chain = ${event.chain}`.execute(trx)
 }

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import type { RawBuilder } from 'kysely'
 import type { Clock } from '../clock.ts'
 import { currentRequestOrigin } from '../context.ts'
 import type { Executor, Tx } from '../db/schema.ts'
@@ -18,6 +19,42 @@ export const SYSTEM_CHAIN = 'system'
 
 const USER_AGENT_MAX = 512
 
+/** The events the service records (a deployment's own features may record types of their own). */
+export const AUDIT_EVENT_TYPES = [
+  'sign_in.succeeded',
+  'sign_in.failed',
+  'sign_in.locked',
+  'refresh_token.reused',
+  'session.revoked',
+  'sessions.revoked_all',
+  'password.reset',
+  'two_factor.enabled',
+  'two_factor.disabled',
+  'backup_code.used',
+  'passkey.added',
+  'passkey.removed',
+  'user.invited',
+  'user.activated',
+  'user.deactivated',
+  'user.reactivated',
+  'api_key.created',
+  'api_key.revoked',
+  'service_account.created',
+  'service_account.disabled',
+  'organization_config.changed',
+  'purchase_request.created',
+  'purchase_request.submitted',
+  'purchase_request.approved',
+  'file.confirmed',
+  'webhook.created',
+  'webhook.updated',
+  'webhook.deleted',
+  'webhook.secret_rotated',
+  'webhook.disabled',
+] as const
+
+export type AuditEventType = (typeof AUDIT_EVENT_TYPES)[number]
+
 /** Values an event's `data` may hold: small and typed, never a secret, token or hash. */
 export type AuditValue = string | number | boolean | null
 
@@ -27,7 +64,8 @@ export interface AuditActor {
 }
 
 export interface AuditEventInput {
-  type: string
+  /** One of AUDIT_EVENT_TYPES, or a type of a deployment's own feature (lower-case dotted words). */
+  type: AuditEventType | (string & {})
   /** null: the system chain (a sign-in of an unknown account, a service account). */
   organizationId: string | null
   actor: AuditActor
@@ -43,6 +81,30 @@ export function actorOf(principal: Principal | null | undefined): AuditActor {
   return { type: 'service_account', id: principal.serviceAccountId }
 }
 
+/** An event as the API shows it (GET /api/audit-events, the export, webhook payloads). */
+export function publicEvent(event: StoredEvent) {
+  return {
+    id: event.id,
+    sequence: event.sequence,
+    occurredAt: event.occurredAt.toISOString(),
+    type: event.type,
+    actor: { type: event.actorType, id: event.actorId },
+    subject: event.subjectType && event.subjectId ? { type: event.subjectType, id: event.subjectId } : null,
+    ipAddress: event.ipAddress,
+    userAgent: event.userAgent,
+    requestId: event.requestId,
+    data: event.data as Record<string, AuditValue>,
+    previousHash: event.previousHash,
+    hash: event.hash,
+  }
+}
+
+/**
+ * What else an appended event writes in the statement that appends it (webhook messages): a
+ * data-modifying statement run as one more part of that statement, or null for nothing.
+ */
+export type AuditFanOut = (event: StoredEvent) => RawBuilder<unknown> | null
+
 /**
  * Records audit events in the caller's transaction, so an event exists exactly when the change it
  * reports committed. The client address, user agent and request id come from the request the
@@ -52,10 +114,12 @@ export function actorOf(principal: Principal | null | undefined): AuditActor {
 export class AuditTrail {
   readonly #keys: ChainKeys
   readonly #clock: Clock
+  readonly #fanOut: AuditFanOut | undefined
 
-  constructor(keys: ChainKeys, clock: Clock) {
+  constructor(keys: ChainKeys, clock: Clock, fanOut?: AuditFanOut) {
     this.#keys = keys
     this.#clock = clock
+    this.#fanOut = fanOut
   }
 
   get keys(): ChainKeys {
@@ -88,7 +152,7 @@ export class AuditTrail {
       previousHash: head.hash,
       hash: chainHash(this.#keys.current, head.hash, event),
     }
-    await appendEvent(trx, stored)
+    await appendEvent(trx, stored, this.#fanOut?.(stored) ?? null)
   }
 }
 

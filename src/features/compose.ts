@@ -46,6 +46,13 @@ import {
   SessionService,
   type SessionVersionProvider,
 } from './sessions/index.ts'
+import {
+  type Resolve,
+  WebhookOutboxWorker,
+  Webhooks,
+  webhookDisabledTemplate,
+  webhookFanOut,
+} from './webhooks/index.ts'
 
 // The composition root: every service is built here, once, from the infrastructure the plugins
 // provide (ports) and the extensions a deployment passes to buildApp. Each binding between
@@ -70,6 +77,10 @@ export interface Extensions {
   sessionVersionProvider?: SessionVersionProvider | undefined
   passwordResetHandler?: PasswordResetHandler | undefined
   events?: EventBus | undefined
+  /** Resolves webhook endpoints' host names (default: the system's resolver). */
+  webhookResolve?: Resolve | undefined
+  /** false: the webhook outbox worker does not poll (CLI; tests drive `services.webhookWorker.runOnce()`). */
+  startWebhookWorker?: boolean | undefined
 }
 
 export interface Services {
@@ -98,6 +109,10 @@ export interface Services {
   orgConfig: OrganizationConfig
   files: FileService
   purchaseRequests: PurchaseRequests
+  /** An organization's webhook endpoints (/api/webhooks). */
+  webhooks: Webhooks
+  /** Delivers the webhook outbox. */
+  webhookWorker: WebhookOutboxWorker
 }
 
 /** The services and what runs beside them (the configuration listener, the API-key use flush). */
@@ -113,7 +128,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   const { config, clock, db, log, authz } = ports
   const { password } = config.auth
 
-  const audit = new AuditTrail(ChainKeys.derivedFrom(auditChainSecrets(config)), clock)
+  // Each event also queues its webhook messages, in the statement that appends it.
+  const audit = new AuditTrail(ChainKeys.derivedFrom(auditChainSecrets(config)), clock, webhookFanOut)
 
   // Authentication.
   const passwords = await PasswordHasher.create(hashParameters(password))
@@ -203,6 +219,31 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   }
   const purchaseRequests = createPurchaseRequests({ ...resourcePorts, files, configuration: orgConfig })
 
+  // Webhooks: endpoints, and the delivery of the messages audit events queue for them.
+  const webhookBox = new SecretBox(jwtSecrets(config), 'webhook-signing-secret')
+  const webhooks = new Webhooks({
+    db,
+    permissions: authz,
+    audit,
+    clock,
+    box: webhookBox,
+    allowPrivateNetworks: config.webhooks.allowPrivateNetworks,
+  })
+  const webhookWorker = new WebhookOutboxWorker({
+    db,
+    clock,
+    audit,
+    box: webhookBox,
+    log: log.child({ component: 'webhooks' }),
+    allowPrivateNetworks: config.webhooks.allowPrivateNetworks,
+    timeoutMs: config.webhooks.timeout * 1000,
+    disableAfterFailures: config.webhooks.disableAfterFailures,
+    disableAfterMs: config.webhooks.disableAfter * 1000,
+    resolve: extensions.webhookResolve,
+    listen: ports.database.listen,
+  })
+  ports.mail.templates.register('webhook_disabled', webhookDisabledTemplate)
+
   // Bindings between features.
   if (builtInVersions)
     events.on('UserSessionsRevokedEvent', ({ userId }) =>
@@ -237,6 +278,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     orgConfig,
     files,
     purchaseRequests,
+    webhooks,
+    webhookWorker,
   }
 
   // Last use of API keys is gathered in memory and written in one batch a minute, and on stop.
@@ -258,6 +301,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
         orgConfig.applyNotification(payload)
       })
       orgConfig.setListening(true)
+      if (extensions.startWebhookWorker !== false) await webhookWorker.start()
       unlistenRevocations = await ports.database.listen(REVOCATION_CHANNEL, (payload) => {
         if (payload === LISTEN_LOST || payload === LISTEN_RESET) {
           // Revocations may have been missed: nothing cached is trusted any more.
@@ -275,6 +319,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
       orgConfig.setListening(false)
       await unlisten?.()
       await unlistenRevocations?.()
+      await webhookWorker.stop()
       await flushLastUse()
     },
   }

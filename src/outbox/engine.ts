@@ -10,7 +10,7 @@ import { LISTEN_RESET } from '../db/notifications.ts'
 // one lease across instances, strict order), delivered and recorded.
 
 /** The kinds of outbox; each has its table (`<kind>_outbox`). */
-export type OutboxKind = 'mail' | 'authz'
+export type OutboxKind = 'mail' | 'authz' | 'webhook'
 
 /** The channel the tables' insert triggers notify (migration 0018), with the table's name. */
 export const OUTBOX_CHANNEL = 'outbox'

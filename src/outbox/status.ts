@@ -3,7 +3,7 @@ import type { Executor } from '../db/schema.ts'
 
 // What the outboxes hold, for the metrics and the CLI (src/outbox/engine.ts is the engine).
 
-export type OutboxKindName = 'mail' | 'authz'
+export type OutboxKindName = 'mail' | 'authz' | 'webhook'
 
 export interface OutboxCounts {
   kind: OutboxKindName
@@ -13,7 +13,7 @@ export interface OutboxCounts {
   deadLetters: number
 }
 
-/** Both outboxes' counts in one statement. */
+/** Every outbox's counts in one statement. */
 export async function outboxCounts(db: Executor): Promise<OutboxCounts[]> {
   const { rows } = await sql<{ kind: OutboxKindName; pending: string; dead: string }>`
     select 'mail' as kind,
@@ -22,7 +22,11 @@ export async function outboxCounts(db: Executor): Promise<OutboxCounts[]> {
       from mail_outbox
     union all
     select 'authz', count(*) filter (where processed_at is null), count(*) filter (where failed_at is not null)
-      from authz_outbox`.execute(db)
+      from authz_outbox
+    union all
+    select 'webhook', count(*) filter (where delivered_at is null and failed_at is null),
+           count(*) filter (where failed_at is not null)
+      from webhook_outbox`.execute(db)
   return rows.map((row) => ({ kind: row.kind, pending: Number(row.pending), deadLetters: Number(row.dead) }))
 }
 
@@ -36,7 +40,7 @@ export interface DeadLetter {
   lastError: string | null
 }
 
-/** The dead letters of both outboxes, newest first. */
+/** The dead letters of every outbox, newest first. */
 export async function listDeadLetters(db: Executor, limit: number): Promise<DeadLetter[]> {
   const mail = await db
     .selectFrom('mail_outbox')
@@ -48,6 +52,13 @@ export async function listDeadLetters(db: Executor, limit: number): Promise<Dead
   const authz = await db
     .selectFrom('authz_outbox')
     .select(['id', 'operation', 'subject', 'relation', 'object', 'attempts', 'failed_at', 'last_error'])
+    .where('failed_at', 'is not', null)
+    .orderBy('failed_at', 'desc')
+    .limit(limit)
+    .execute()
+  const webhook = await db
+    .selectFrom('webhook_outbox')
+    .select(['id', 'event_type', 'endpoint_id', 'attempts', 'failed_at', 'last_error'])
     .where('failed_at', 'is not', null)
     .orderBy('failed_at', 'desc')
     .limit(limit)
@@ -65,6 +76,14 @@ export async function listDeadLetters(db: Executor, limit: number): Promise<Dead
       kind: 'authz' as const,
       id: r.id,
       what: `${r.operation} ${r.subject} ${r.relation} ${r.object}`,
+      attempts: r.attempts,
+      failedAt: r.failed_at as Date,
+      lastError: r.last_error,
+    })),
+    ...webhook.map((r) => ({
+      kind: 'webhook' as const,
+      id: r.id,
+      what: `${r.event_type} to webhook ${r.endpoint_id}`,
       attempts: r.attempts,
       failedAt: r.failed_at as Date,
       lastError: r.last_error,

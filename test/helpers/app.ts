@@ -90,6 +90,7 @@ export async function createTestApp(options: TestAppOptions = {}): Promise<TestA
       startMailWorker: false,
       startAuthzWorker: false,
       startHousekeeping: false,
+      startWebhookWorker: false,
       ...options.deps,
       database: database.handle,
       clock,

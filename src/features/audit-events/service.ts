@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import { publicEvent, toStoredEvent } from '../../audit/index.ts'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { Database } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
@@ -13,20 +14,8 @@ import {
 
 const EXPORT_BATCH = 500
 
-export const toAuditEvent = (row: AuditEventRow) => ({
-  id: row.id,
-  sequence: Number(row.sequence),
-  occurredAt: row.occurred_at.toISOString(),
-  type: row.type,
-  actor: { type: row.actor_type, id: row.actor_id },
-  subject: row.subject_type && row.subject_id ? { type: row.subject_type, id: row.subject_id } : null,
-  ipAddress: row.ip_address,
-  userAgent: row.user_agent,
-  requestId: row.request_id,
-  data: row.data as Record<string, string | number | boolean | null>,
-  previousHash: row.previous_hash,
-  hash: row.hash,
-})
+/** A row as the API shows it. */
+export const toAuditEvent = (row: AuditEventRow) => publicEvent(toStoredEvent(row))
 
 /**
  * Reading the audit trail: an organization's admins (asked through the authorization port), and

@@ -53,7 +53,10 @@ export interface PurchaseRequestDeps {
 export const TITLE_MAX = 255
 
 /** The audit event type of each action: `purchase_request.<done>`. */
-const DONE: Record<PurchaseRequestAction, string> = { submit: 'submitted', approve: 'approved' }
+const DONE = { submit: 'submitted', approve: 'approved' } as const satisfies Record<
+  PurchaseRequestAction,
+  string
+>
 
 /** What may be attached to a purchase request: PDF, images, office documents, plain text and CSV. */
 export const ATTACHMENT_CONTENT_TYPES = [

@@ -8,6 +8,7 @@ import { rateLimitRetention } from '../../http/rate-limit.ts'
 import type { ObjectStore } from '../../storage/port.ts'
 import { stagingKey } from '../files/index.ts'
 import { deleteExpiredChallenges } from '../passkeys/index.ts'
+import { deleteOldDeliveries } from '../webhooks/index.ts'
 import {
   deleteDeadRefreshTokens,
   deleteEndedSessions,
@@ -29,7 +30,8 @@ const before = (now: Date, seconds: number) => new Date(now.getTime() - seconds 
  * removed.
  */
 export function retentionRules(config: Config, deps: { store: ObjectStore }): RetentionRule[] {
-  const { outbox, sessions, oneTimeTokens, pendingUploads, idempotencyKeys, auditEvents } = config.retention
+  const { outbox, sessions, oneTimeTokens, pendingUploads, idempotencyKeys, auditEvents, webhookDeliveries } =
+    config.retention
   const uploadWindow = config.storage.uploadUrlTtl + pendingUploads
   return [
     {
@@ -53,6 +55,10 @@ export function retentionRules(config: Config, deps: { store: ObjectStore }): Re
     },
     // From the start of each chain only, so what is kept still verifies.
     { name: 'audit_events', sweep: (db, now) => deleteOldEvents(db, before(now, auditEvents), BATCH) },
+    {
+      name: 'webhook_deliveries',
+      sweep: (db, now) => deleteOldDeliveries(db, before(now, webhookDeliveries), BATCH),
+    },
     // A ceremony's challenge is used once or expires: nothing is kept past its expiry.
     { name: 'passkey_challenges', sweep: (db, now) => deleteExpiredChallenges(db, now, BATCH) },
     rateLimitRetention,
