@@ -2,7 +2,14 @@ import type { LightMyRequestResponse } from 'fastify'
 import { Webhook as StandardWebhook } from 'standardwebhooks'
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { inTransaction } from '../src/db/database.ts'
-import { ACCOUNT_TEST_CONFIG, type Actor, asUser, expectProblem, newActor } from './helpers/accounts.ts'
+import {
+  ACCOUNT_TEST_CONFIG,
+  type Actor,
+  asUser,
+  expectProblem,
+  newActor,
+  signIn,
+} from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
 import { TestClock } from './helpers/clock.ts'
 import { newDeliveredApiKey } from './helpers/machines.ts'
@@ -398,17 +405,23 @@ describe('deliveries', () => {
   it('disables an endpoint after consecutive failures over the configured time, and a success in between resets the count', async () => {
     const owner = await newActor(t.app, { role: 'admin' })
     const { id } = await createWebhook(owner, { url: `${receiver.url}/failing`, eventTypes: ['*'] })
-    receiver.answer(500, 500, 200, 500, 500)
-    for (const key of ['a', 'b', 'c', 'd']) await changeConfig(owner, `feature.${key}`)
-    // Four messages at once, each sent once: 500, 500, 200, 500 (their order on the wire is free).
+    const state = async () => (await as(owner, { method: 'GET', url: `/api/webhooks/${id}` })).json()
+    // One message due at a time, so the order of outcomes is the order of attempts.
+    receiver.answer(500, 200)
+    await changeConfig(owner, 'feature.x')
     await deliver()
-    let endpoint = (await as(owner, { method: 'GET', url: `/api/webhooks/${id}` })).json()
-    expect(endpoint.enabled).toBe(true)
-    receiver.answer(500, 500, 500, 500)
-    t.clock.advanceSeconds(60)
+    t.clock.advanceSeconds(40)
     await deliver()
-    endpoint = (await as(owner, { method: 'GET', url: `/api/webhooks/${id}` })).json()
-    expect(endpoint).toMatchObject({ enabled: false, disabledReason: 'failing' })
+    // Failed, then delivered: the count starts again.
+    receiver.answer(500, 500, 500)
+    await changeConfig(owner, 'feature.y')
+    await deliver()
+    t.clock.advanceSeconds(40)
+    await deliver()
+    expect(await state()).toMatchObject({ enabled: true, disabledReason: null })
+    t.clock.advanceSeconds(150)
+    await deliver()
+    expect(await state()).toMatchObject({ enabled: false, disabledReason: 'failing' })
     const outcomes = (await attemptsOf(owner, id)).map((a) => a.outcome)
     expect(outcomes).toContain('endpoint_disabled')
   })
@@ -451,6 +464,27 @@ describe('deliveries', () => {
     expect(verify(second, withOnly(signatures[0] as string))).toBeTruthy()
     expect(verify(first, withOnly(signatures[1] as string))).toBeTruthy()
     expect(() => verify(first, withOnly(signatures[0] as string))).toThrow()
+    const rotation = await t.app.db
+      .selectFrom('audit_events')
+      .select(['actor_id', 'ip_address', 'request_id'])
+      .where('type', '=', 'webhook.secret_rotated')
+      .where('subject_id', '=', id)
+      .execute()
+    expect(rotation).toEqual([
+      {
+        actor_id: owner.user.id,
+        ip_address: ORIGIN.remoteAddress,
+        request_id: rotated.headers['x-request-id'],
+      },
+    ])
+
+    // A day later only the new secret signs.
+    t.clock.advanceSeconds(24 * 3600 + 1)
+    const again = { ...owner, session: await signIn(t.app, owner.user) }
+    expect((await as(again, { method: 'POST', url: `/api/webhooks/${id}/test` })).statusCode).toBe(202)
+    await deliver()
+    const later = receiver.to('/rotated').at(-1)
+    expect(String(later?.headers['webhook-signature']).split(' ')).toHaveLength(1)
   })
 
   it('signs with a timestamp the receiver refuses when the sender’s clock is ten minutes behind (a replay)', async () => {
@@ -461,6 +495,31 @@ describe('deliveries', () => {
     await deliver()
     const [request] = receiver.to('/stale')
     expect(() => verify(secret, request as never)).toThrow(/timestamp/i)
+  })
+})
+
+describe('two instances on one database', () => {
+  let other: TestApp
+  beforeAll(async () => {
+    other = await createTestApp({
+      database: t.database,
+      config: {
+        ...ACCOUNT_TEST_CONFIG,
+        'platform.auth.jwt.secret': t.config.auth.jwt.secret,
+        'platform.webhooks.allow-private-networks': 'true',
+      },
+    })
+  })
+  afterAll(async () => other?.close())
+
+  it('delivers each message once when both workers run at the same time', async () => {
+    const owner = await newActor(t.app, { role: 'admin' })
+    await createWebhook(owner, { url: `${receiver.url}/twice`, eventTypes: ['organization_config.changed'] })
+    for (let i = 0; i < 25; i++) await changeConfig(owner, `feature.n${i}`)
+    await Promise.all([deliver(), other.app.services.webhookWorker.runOnce(), deliver()])
+    const ids = receiver.to('/twice').map((r) => r.headers['webhook-id'])
+    expect(ids).toHaveLength(25)
+    expect(new Set(ids).size).toBe(25)
   })
 })
 
