@@ -498,6 +498,33 @@ describe('deliveries', () => {
   })
 })
 
+describe('retention', () => {
+  it('removes delivered messages and their attempts after platform.retention.webhook-deliveries, and keeps what is still due', async () => {
+    const owner = await newActor(t.app, { role: 'admin' })
+    const { id } = await createWebhook(owner, {
+      url: `${receiver.url}/kept`,
+      eventTypes: ['organization_config.changed'],
+    })
+    await changeConfig(owner, 'feature.delivered')
+    await deliver()
+    receiver.answer(500)
+    await changeConfig(owner, 'feature.pending')
+    await deliver()
+    const rows = () =>
+      t.app.db.selectFrom('webhook_outbox').select(['delivered_at']).where('endpoint_id', '=', id).execute()
+    expect(await rows()).toHaveLength(2)
+    t.clock.advanceSeconds(30 * 24 * 3600 + 1)
+    await t.app.housekeeping.runOnce()
+    expect((await rows()).map((r) => r.delivered_at)).toEqual([null])
+    const attempts = await t.app.db
+      .selectFrom('webhook_attempts')
+      .select('id')
+      .where('endpoint_id', '=', id)
+      .execute()
+    expect(attempts).toEqual([])
+  })
+})
+
 describe('two instances on one database', () => {
   let other: TestApp
   beforeAll(async () => {
