@@ -587,6 +587,9 @@ describe('private networks refused without the development flag', () => {
       'https://[fd00:ec2::254]/hook',
       'https://[::ffff:127.0.0.1]/hook',
       'https://localhost/hook',
+      // 127.0.0.1 and 169.254.169.254 written as one number and in octal: URL parsing normalises them.
+      'https://2130706433/hook',
+      'https://0251.0376.0251.0376/hook',
     ]) {
       const res = await create(url)
       expectProblem(res, 400, 'VALIDATION_FAILED')
