@@ -6,8 +6,8 @@ import { buildDocument } from './openapi-document.ts'
 // npm run client:generate: the types of the typed clients, from the document the app builds
 // in-process (no server runs). The frontend client covers the human auth endpoints, the
 // permission check, files and configuration, never the service token or project resources. The
-// demo console generates its own types for the resources it adds (purchase requests, users) the
-// same way, as a product team would for theirs.
+// demo console generates its own types for the resources it adds (purchase requests, users, API
+// keys, audit events, webhooks, outbox status) the same way, as a product team would for theirs.
 
 type Document = Record<string, unknown> & {
   paths: Record<string, unknown>
@@ -29,7 +29,15 @@ export const TARGETS: readonly { file: string; keeps: (p: string) => boolean; ti
   {
     file: 'console/src/resources.schema.ts',
     title: "the console's own resources",
-    keeps: (p) => p.startsWith('/api/purchase-requests') || p.startsWith('/api/users'),
+    keeps: (p) =>
+      [
+        '/api/purchase-requests',
+        '/api/users',
+        '/api/api-keys',
+        '/api/audit-events',
+        '/api/webhooks',
+        '/api/outbox',
+      ].some((prefix) => p.startsWith(prefix)),
   },
 ]
 

@@ -18,7 +18,9 @@ import type { PasswordResetHandler } from './features/accounts/index.ts'
 import accountsFeature from './features/accounts/index.ts'
 import auditEventsFeature from './features/audit-events/index.ts'
 import filesFeature from './features/files/index.ts'
+import machinePrincipalsFeature from './features/machine-principals/index.ts'
 import organizationsFeature from './features/organizations/index.ts'
+import outboxStatusFeature from './features/outbox-status/index.ts'
 import passkeysFeature from './features/passkeys/index.ts'
 import permissionChecksFeature from './features/permission-checks/index.ts'
 import servicesPlugin from './features/plugin.ts'
@@ -331,6 +333,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(purchaseRequestsFeature)
   await app.register(auditEventsFeature)
   await app.register(webhooksFeature)
+  await app.register(machinePrincipalsFeature)
+  await app.register(outboxStatusFeature)
   if (deps.console) {
     if (config.profile === 'production') throw new Error('the demo console is not served under production')
     // Loaded only when asked for: it bundles the console with esbuild, a development dependency.

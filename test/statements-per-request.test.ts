@@ -91,4 +91,13 @@ describe('statements per request', () => {
     expect(result.json()).toEqual(created.json())
     expect(statements).toBe(1)
   })
+
+  it('answers GET /api/auth/me in one statement (the account, its organization and its passkey count)', async () => {
+    const { user, session } = await newActor(t.app)
+    const { statements, result } = await counted(() =>
+      t.app.inject({ method: 'GET', url: '/api/auth/me', cookies: { access_token: session.access } }),
+    )
+    expect(result.json()).toMatchObject({ userId: user.id, sessionId: session.sessionId, passkeyCount: 0 })
+    expect(statements).toBe(1)
+  })
 })

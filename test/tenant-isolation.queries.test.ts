@@ -26,6 +26,7 @@ const TENANT_TABLES = [
   'audit_events',
   'webhook_endpoints',
   'webhook_attempts',
+  'api_keys',
 ]
 
 /** Tables with an organization column that are not read on behalf of a tenant, and why. */
@@ -35,9 +36,10 @@ const NOT_TENANT_READS: Record<string, string> = {
     'changes on behalf of a tenant (administration, display names) take a TenantScope',
   sessions: "a principal's own sessions, found from its token",
   passkeys: "a user's own passkeys, found from the principal, or by credential id when signing in",
-  api_keys: 'found by hash when authenticating; created, listed and revoked by operators (the CLI)',
-  mail_outbox: "the mail worker's queue, which spans organizations",
-  webhook_outbox: "the webhook worker's queue, which spans organizations",
+  mail_outbox:
+    "the mail worker's queue, which spans organizations; an organization's status (src/outbox/status.ts) takes a TenantScope",
+  webhook_outbox:
+    "the webhook worker's queue, which spans organizations; an organization's status (src/outbox/status.ts) takes a TenantScope",
 }
 
 /** Functions that query a tenant table across organizations on purpose, and why. */
@@ -64,6 +66,12 @@ const CROSS_TENANT: Record<string, string> = {
     'the webhook worker names the endpoint it disabled in the notice to its organization’s admins',
   'src/features/webhooks/repository.ts#deleteOldDeliveries':
     "the webhook_deliveries retention rule sweeps every organization's delivery attempts",
+  'src/features/machine-principals/repository.ts#findApiKeyByHash':
+    'authentication finds a presented key by its hash, before any organization is known',
+  'src/features/machine-principals/repository.ts#findApiKey':
+    'a key principal re-checked by its own id, and an operator’s revoke by id (the CLI), which then revokes in the key’s organization',
+  'src/features/machine-principals/repository.ts#recordApiKeyUse':
+    "the last-use flush writes the batch gathered from every organization's requests",
   'src/features/purchase-requests/repository.ts#purchaseRequestExistsOutside':
     "tells another organization's request (403) from an unknown id (404); reads no column of the row",
 }

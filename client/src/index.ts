@@ -271,6 +271,14 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
     const sentAt = Date.now()
     const response = await baseFetch(request)
     if (response.status !== 401 || !retry) return response
+    // Only an expired or missing access token is cured by a refresh; a 401 about what the request
+    // itself carries (a wrong current password, a wrong one-time code) is its answer, and sending
+    // it again would count a second failed attempt against the account.
+    const { code } = (await response
+      .clone()
+      .json()
+      .catch(() => ({}))) as { code?: string }
+    if (code !== 'AUTHENTICATION_REQUIRED') return response
     if (!(await refreshSince(sentAt))) return response
     return baseFetch(retry)
   }

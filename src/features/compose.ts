@@ -26,6 +26,7 @@ import {
   AccountLinks,
   incrementSessionVersion,
   OtpService,
+  OwnAccount,
   type PasswordResetHandler,
   PasswordResets,
   UserAdministration,
@@ -34,12 +35,14 @@ import { AuditEvents } from './audit-events/index.ts'
 import { FileService } from './files/index.ts'
 import { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from './machine-principals/index.ts'
 import { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './organizations/index.ts'
+import { OutboxStatus } from './outbox-status/index.ts'
 import { PasskeyService } from './passkeys/index.ts'
 import { createPurchaseRequests, type PurchaseRequests } from './purchase-requests/index.ts'
 import {
   AccountAuthenticator,
   accountSessionVersions,
   type CredentialAuthenticator,
+  endOtherUserSessions,
   endUserSessions,
   NewDeviceNotice,
   SessionGate,
@@ -102,6 +105,8 @@ export interface Services {
   serviceAccounts: ServiceAccounts
   apiKeys: ApiKeys
   users: UserAdministration
+  /** The signed-in user's own account: GET /api/auth/me, the password change. */
+  ownAccount: OwnAccount
   passwordReset: PasswordResetHandler
   newDeviceNotice: NewDeviceNotice
   otp: OtpService
@@ -113,6 +118,8 @@ export interface Services {
   webhooks: Webhooks
   /** Delivers the webhook outbox. */
   webhookWorker: WebhookOutboxWorker
+  /** What an organization's mail and webhook outboxes hold (/api/outbox-status). */
+  outboxStatus: OutboxStatus
 }
 
 /** The services and what runs beside them (the configuration listener, the API-key use flush). */
@@ -171,7 +178,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     },
   })
   const serviceAccounts = new ServiceAccounts({ audit, db, clock, config, tokens, tuples: authz.tuples })
-  const apiKeys = new ApiKeys({ audit, db, clock, config, tokens, tuples: authz.tuples })
+  const apiKeys = new ApiKeys({ audit, db, clock, config, tokens, tuples: authz.tuples, permissions: authz })
 
   // Accounts.
   const links = new AccountLinks({ config, sealMail: ports.mail.seal })
@@ -194,6 +201,14 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     passwords,
     links,
     endSessions: endUserSessions,
+  })
+  const ownAccount = new OwnAccount({
+    audit,
+    db,
+    clock,
+    config,
+    passwords,
+    endOtherSessions: endOtherUserSessions,
   })
 
   // Organizations, files and the example resource.
@@ -271,6 +286,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     serviceAccounts,
     apiKeys,
     users,
+    ownAccount,
     passwordReset: extensions.passwordResetHandler ?? passwordResets,
     newDeviceNotice: new NewDeviceNotice({ db, clock, config }),
     otp,
@@ -280,6 +296,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     purchaseRequests,
     webhooks,
     webhookWorker,
+    outboxStatus: new OutboxStatus({ db, permissions: authz }),
   }
 
   // Last use of API keys is gathered in memory and written in one batch a minute, and on stop.

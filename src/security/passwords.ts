@@ -108,6 +108,9 @@ export class PasswordHasher {
     )
   }
 
+  /** What every unusable hash starts with, for statements that tell invited accounts apart. */
+  static readonly UNUSABLE_PREFIX = UNUSABLE
+
   /** A hash no password matches: the stored value for invited accounts until they set one. */
   static unusableHash(): string {
     return `${UNUSABLE}${randomBytes(32).toString('base64url')}`

@@ -1,9 +1,10 @@
-// Self-service account endpoints: password reset (confirm takes invitation tokens too), TOTP second factor.
+// Self-service account endpoints: the signed-in user's profile and password change, password reset
+// (confirm takes invitation tokens too), TOTP second factor.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses } from '../../errors.ts'
 import { requireUser } from '../../principal.ts'
-import { EmailAddress, Empty } from './schemas.ts'
+import { CurrentUser, EmailAddress, Empty, PasswordChange } from './schemas.ts'
 
 const PasswordResetRequest = Type.Object(
   { email: EmailAddress(1) },
@@ -53,6 +54,60 @@ const BackupCodes = Type.Object(
 )
 
 const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.get(
+    '/me',
+    {
+      schema: {
+        tags: ['authentication'],
+        operationId: 'getCurrentUser',
+        summary: 'The signed-in user: account, organization, role, second factors and the current session',
+        response: { 200: CurrentUser, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request) => {
+      const user = requireUser(request)
+      const account = await app.services.ownAccount.me(user)
+      return {
+        userId: account.id,
+        email: account.email,
+        organizationId: account.organization_id,
+        organizationName: account.organization_name,
+        role: account.role,
+        otpEnabled: account.otp_enabled,
+        passkeyCount: account.passkey_count,
+        sessionId: user.sessionId,
+      }
+    },
+  )
+
+  app.post(
+    '/password/change',
+    {
+      config: {
+        rateLimit: [{ name: 'password-change:ip', by: 'ip', max: 'resetPerMinute', window: 'minute' }],
+      },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'changePassword',
+        summary: "Change the signed-in user's password; ends the user's other sessions",
+        description:
+          'The current password is checked as a sign-in checks it: a wrong one is 401 INVALID_CREDENTIALS ' +
+          'and counts toward the lockout (401 ACCOUNT_LOCKED). The new one must meet the policy (400 ' +
+          'WEAK_PASSWORD). The session of the request stays signed in; every other session is revoked.',
+        body: PasswordChange,
+        response: {
+          204: { type: 'null', description: 'Changed; the password-changed notice is queued' },
+          ...problemResponses(400, 401, 403, 404, 429),
+        },
+      },
+    },
+    async (request, reply) => {
+      const { currentPassword, newPassword } = request.body
+      await app.services.ownAccount.changePassword(requireUser(request), currentPassword, newPassword)
+      return reply.code(204).send(null)
+    },
+  )
+
   app.post(
     '/password-reset/request',
     {

@@ -51,3 +51,21 @@ export interface NewAccount {
  * reset link). The sessions feature owns the sessions; the composition root hands its function in.
  */
 export type EndUserSessions = (trx: Tx, userId: string, now: Date, reason: string) => Promise<unknown>
+
+/**
+ * Ends every session of an account but `keepSessionId`, in the caller's transaction (a password
+ * changed from a signed-in session, which stays). Handed in by the composition root, as above.
+ */
+export type EndOtherSessions = (
+  trx: Tx,
+  userId: string,
+  keepSessionId: string,
+  now: Date,
+  reason: string,
+) => Promise<unknown>
+
+/** 401 ACCOUNT_LOCKED with Retry-After: the seconds until the lock ends. */
+export const accountLocked = (until: Date, now: Date) =>
+  new AppError('ACCOUNT_LOCKED', 'The account is temporarily locked after too many failed attempts', {
+    headers: { 'retry-after': String(Math.max(1, Math.ceil((until.getTime() - now.getTime()) / 1000))) },
+  })

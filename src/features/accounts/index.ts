@@ -1,13 +1,14 @@
 // The accounts feature: the account table, administration of an organization's users under
-// /api/users (invite, deactivate, reactivate, reset), and the account's own password reset and
-// two-factor setup under /api/auth.
+// /api/users (list, invite, role, unlock, deactivate, reactivate, reset), and the account's own
+// profile, password change, password reset and two-factor setup under /api/auth.
 import type { FastifyInstance } from 'fastify'
 import accountRoutes from './account-routes.ts'
 import userRoutes from './user-routes.ts'
 
 export { AccountLinks } from './account-links.ts'
-export type { EndUserSessions } from './accounts.ts'
+export { accountLocked, type EndOtherSessions, type EndUserSessions } from './accounts.ts'
 export { OtpService } from './otp.ts'
+export { OwnAccount } from './own-account.ts'
 export { type PasswordResetHandler, PasswordResets } from './password-reset.ts'
 export {
   type AccountRow,

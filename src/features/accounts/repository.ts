@@ -1,6 +1,7 @@
-import { type Selectable, sql } from 'kysely'
-import type { AccountTable, Executor, Role } from '../../db/schema.ts'
+import { type ExpressionBuilder, type Selectable, sql } from 'kysely'
+import type { AccountTable, Database, Executor, Role } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
+import { PasswordHasher } from '../../security/passwords.ts'
 import { isUuid } from '../../uuid.ts'
 
 export type AccountRow = Selectable<AccountTable>
@@ -244,4 +245,178 @@ export async function setNewPassword(
     })
     .where('id', '=', id)
     .execute()
+}
+
+/**
+ * Where an account stands, as its admins see it: derived from the columns (`active`,
+ * `deactivated_at`, an invitee's unusable password hash, `locked_until`) by `statusAt`, never stored.
+ */
+export const USER_STATUSES = ['active', 'invited', 'deactivated', 'locked'] as const
+export type UserStatus = (typeof USER_STATUSES)[number]
+
+/** An account as its organization's admins list it (GET /api/users). */
+export interface UserItemRow {
+  id: string
+  email: string
+  role: Role
+  status: UserStatus
+  /** Set while the account is locked; null once the lock has passed. */
+  locked_until: Date | null
+  otp_enabled: boolean
+  passkey_count: number
+  created_at: Date
+}
+
+/**
+ * The account's status at `now`: deactivated (by an admin; or inactive with a usable password, as
+ * accounts deactivated before `deactivated_at` existed are), invited (inactive, still holding the
+ * unusable hash it was created with), locked (active, `locked_until` ahead), or active.
+ */
+const statusAt = (now: Date) => sql<UserStatus>`case
+    when accounts.deactivated_at is not null then 'deactivated'
+    when not accounts.active and starts_with(accounts.password_hash, ${PasswordHasher.UNUSABLE_PREFIX})
+      then 'invited'
+    when not accounts.active then 'deactivated'
+    when accounts.locked_until > ${now} then 'locked'
+    else 'active' end`
+
+/** How many passkeys the account of the outer query holds. */
+const passkeyCount = (eb: ExpressionBuilder<Database, 'accounts'>, tenant: TenantScope) =>
+  eb
+    .selectFrom('passkeys')
+    .select(sql<number>`count(*)::int`.as('n'))
+    .whereRef('passkeys.account_id', '=', 'accounts.id')
+    .where('passkeys.organization_id', '=', tenant.organizationId)
+    .$asScalar()
+    .$notNull()
+
+/** The organization's accounts as UserItemRows, with the key they are listed by (`sort_key`). */
+function userItems(db: Executor, tenant: TenantScope, now: Date) {
+  return db
+    .selectFrom('accounts')
+    .select((eb) => [
+      'accounts.id',
+      'accounts.email',
+      'accounts.role',
+      'accounts.otp_enabled',
+      'accounts.created_at',
+      statusAt(now).as('status'),
+      sql<Date | null>`case when accounts.locked_until > ${now} then accounts.locked_until end`.as(
+        'locked_until',
+      ),
+      passkeyCount(eb, tenant).as('passkey_count'),
+      sql<string>`lower(accounts.email)`.as('sort_key'),
+    ])
+    .where('accounts.organization_id', '=', tenant.organizationId)
+}
+
+/**
+ * A page of the organization's accounts in the order of their lower-cased email (unique), after
+ * `after` (the `sort_key` of the last row of the page before), of one status or all.
+ */
+export function listUsers(
+  db: Executor,
+  tenant: TenantScope,
+  options: { now: Date; status?: UserStatus | undefined; after?: string | undefined; limit: number },
+): Promise<(UserItemRow & { sort_key: string })[]> {
+  let query = userItems(db, tenant, options.now)
+  if (options.status) query = query.where(statusAt(options.now), '=', options.status)
+  if (options.after !== undefined) query = query.where(sql`lower(accounts.email)`, '>', options.after)
+  return query.orderBy(sql`lower(accounts.email)`).limit(options.limit).execute()
+}
+
+/** One account of the organization as a UserItemRow; undefined in any other organization. */
+export function findUserItem(
+  db: Executor,
+  tenant: TenantScope,
+  id: string,
+  now: Date,
+): Promise<UserItemRow | undefined> {
+  return userItems(db, tenant, now).where('accounts.id', '=', id).executeTakeFirst()
+}
+
+/** What GET /api/auth/me shows of the signed-in account. */
+export type OwnAccountRow = Pick<AccountRow, 'id' | 'email' | 'organization_id' | 'role' | 'otp_enabled'> & {
+  organization_name: string
+  passkey_count: number
+}
+
+/** The signed-in account with its organization's name and its passkey count, in one statement. */
+export function findOwnAccount(
+  db: Executor,
+  tenant: TenantScope,
+  id: string,
+): Promise<OwnAccountRow | undefined> {
+  // A deployment's own authenticator may name users the account table does not hold.
+  if (!isUuid(id)) return Promise.resolve(undefined)
+  return db
+    .selectFrom('accounts')
+    .innerJoin('organizations', 'organizations.id', 'accounts.organization_id')
+    .select((eb) => [
+      'accounts.id',
+      'accounts.email',
+      'accounts.organization_id',
+      'accounts.role',
+      'accounts.otp_enabled',
+      'organizations.name as organization_name',
+      passkeyCount(eb, tenant).as('passkey_count'),
+    ])
+    .where('accounts.organization_id', '=', tenant.organizationId)
+    .where('accounts.id', '=', id)
+    .executeTakeFirst()
+}
+
+/** Gives an account of the organization another role. */
+export async function setAccountRole(
+  trx: Executor,
+  tenant: TenantScope,
+  id: string,
+  role: Role,
+  now: Date,
+): Promise<void> {
+  await trx
+    .updateTable('accounts')
+    .set({ role, updated_at: now })
+    .where('organization_id', '=', tenant.organizationId)
+    .where('id', '=', id)
+    .execute()
+}
+
+/** Ends the lock of an account of the organization and its failure count (an admin's unlock). */
+export async function unlockAccountOfOrganization(
+  trx: Executor,
+  tenant: TenantScope,
+  id: string,
+  now: Date,
+): Promise<void> {
+  await trx
+    .updateTable('accounts')
+    .set({ failed_attempts: 0, locked_until: null, refused_attempts: 0, updated_at: now })
+    .where('organization_id', '=', tenant.organizationId)
+    .where('id', '=', id)
+    .execute()
+}
+
+/**
+ * Replaces the password hash of an active account of the organization, if it is still
+ * `expectedHash` (the one the current password was verified against): false when a concurrent
+ * change came first or the account is no longer active.
+ */
+export async function replacePasswordHash(
+  trx: Executor,
+  tenant: TenantScope,
+  id: string,
+  expectedHash: string,
+  passwordHash: string,
+  now: Date,
+): Promise<boolean> {
+  const result = await trx
+    .updateTable('accounts')
+    .set({ password_hash: passwordHash, updated_at: now })
+    .where('organization_id', '=', tenant.organizationId)
+    .where('id', '=', id)
+    .where('active', '=', true)
+    .where('password_hash', '=', expectedHash)
+    .executeTakeFirst()
+  return result.numUpdatedRows > 0n
 }

@@ -1,5 +1,16 @@
 import { Type } from '@sinclair/typebox'
 import { Uuid } from '../../uuid.ts'
+import { USER_STATUSES } from './repository.ts'
+
+const DateTime = Type.String({ format: 'date-time' })
+const RoleName = Type.Union([Type.Literal('admin'), Type.Literal('member')])
+const UserStatus = Type.Union(
+  USER_STATUSES.map((status) => Type.Literal(status)),
+  {
+    description:
+      'active; invited (has not accepted the invitation yet); deactivated; locked (too many failed sign-ins, until lockedUntil)',
+  },
+)
 
 /** An address as sent: stored and looked up as text, so no control characters (PostgreSQL refuses NUL). */
 export const EmailAddress = (minLength: number) =>
@@ -35,4 +46,93 @@ export const UserParams = Type.Object({ id: Uuid })
 export const Empty = Type.Object(
   {},
   { additionalProperties: false, $id: 'Empty', title: 'Empty', description: 'Accepted; nothing to return' },
+)
+
+export const User = Type.Object(
+  {
+    id: Uuid,
+    email: Type.String(),
+    role: RoleName,
+    status: UserStatus,
+    lockedUntil: Type.Union([DateTime, Type.Null()], {
+      description: 'When the lock ends; null unless locked',
+    }),
+    otpEnabled: Type.Boolean(),
+    passkeyCount: Type.Integer({ minimum: 0 }),
+    createdAt: DateTime,
+  },
+  {
+    additionalProperties: false,
+    title: 'User',
+    description: "An account of the admin's organization",
+  },
+)
+
+export const UserPage = Type.Object(
+  {
+    items: Type.Array(User),
+    nextCursor: Type.Union([Type.String(), Type.Null()], { description: 'null on the last page' }),
+  },
+  {
+    additionalProperties: false,
+    title: 'UserPage',
+    description: "A page of the organization's accounts, by email",
+  },
+)
+
+export const UserListQuery = Type.Object(
+  {
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Page size' })),
+    cursor: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 2000,
+        pattern: '^[A-Za-z0-9_-]+$',
+        description: 'nextCursor of the previous page',
+      }),
+    ),
+    status: Type.Optional(UserStatus),
+  },
+  { additionalProperties: false },
+)
+
+export const UserRoleChange = Type.Object(
+  { role: RoleName },
+  {
+    additionalProperties: false,
+    $id: 'UserRoleChange',
+    title: 'UserRoleChange',
+    description: 'The role the user is to have',
+  },
+)
+
+export const CurrentUser = Type.Object(
+  {
+    userId: Uuid,
+    email: Type.String(),
+    organizationId: Uuid,
+    organizationName: Type.String(),
+    role: RoleName,
+    otpEnabled: Type.Boolean(),
+    passkeyCount: Type.Integer({ minimum: 0 }),
+    sessionId: Uuid,
+  },
+  {
+    additionalProperties: false,
+    title: 'CurrentUser',
+    description: 'The signed-in user, its organization and the session the request was made in',
+  },
+)
+
+export const PasswordChange = Type.Object(
+  {
+    currentPassword: Type.String({ minLength: 1, maxLength: 1024 }),
+    newPassword: Type.String({ minLength: 1, maxLength: 1024 }),
+  },
+  {
+    additionalProperties: false,
+    $id: 'PasswordChange',
+    title: 'PasswordChange',
+    description: 'The current password, and the new one',
+  },
 )

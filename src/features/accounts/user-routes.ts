@@ -1,13 +1,127 @@
-// Account administration by organization admins: invite, deactivate,
-// reactivate, admin-triggered password reset. Checked against the account table, not the
-// authorization server.
+// Account administration by organization admins: list, invite, role change, unlock, resend an
+// invitation, deactivate, reactivate, admin-triggered password reset. Checked against the account
+// table, not the authorization server.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { problemResponses } from '../../errors.ts'
+import type { Static } from '@sinclair/typebox'
+import { problemResponses, validationFailed } from '../../errors.ts'
 import { idempotentCreate } from '../../http/idempotency.ts'
 import { requireUser } from '../../principal.ts'
-import { Empty, InviteUserRequest, UserIdResponse, UserParams, UserStateResponse } from './schemas.ts'
+import type { UserItemRow } from './repository.ts'
+import {
+  Empty,
+  InviteUserRequest,
+  User,
+  UserIdResponse,
+  UserListQuery,
+  UserPage,
+  UserParams,
+  UserRoleChange,
+  UserStateResponse,
+} from './schemas.ts'
+
+/** The one mapping from an account, as admins list it, to the API's shape. */
+export function toUser(row: UserItemRow): Static<typeof User> {
+  return {
+    id: row.id,
+    email: row.email,
+    role: row.role,
+    status: row.status,
+    lockedUntil: row.locked_until?.toISOString() ?? null,
+    otpEnabled: row.otp_enabled,
+    passkeyCount: row.passkey_count,
+    createdAt: row.created_at.toISOString(),
+  }
+}
+
+/** A cursor is the last listed account's sort key (its lower-cased email), base64url-encoded. */
+const encodeCursor = (sortKey: string) => Buffer.from(sortKey, 'utf8').toString('base64url')
+
+function decodeCursor(cursor: string): string {
+  const sortKey = Buffer.from(cursor, 'base64url').toString('utf8')
+  // Only a cursor exactly as this API wrote it is accepted (no control characters: no email has them).
+  if (encodeCursor(sortKey) !== cursor || /\p{Cc}/u.test(sortKey)) {
+    throw validationFailed(
+      'querystring.cursor',
+      'is not a valid cursor',
+      'The cursor is not one this API returned',
+    )
+  }
+  return sortKey
+}
 
 const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.get(
+    '',
+    {
+      schema: {
+        tags: ['users'],
+        operationId: 'listUsers',
+        summary: "The accounts of the admin's organization, by email (keyset paging), of one status or all",
+        querystring: UserListQuery,
+        response: { 200: UserPage, ...problemResponses(400, 401, 403) },
+      },
+    },
+    async (request) => {
+      const { limit, cursor, status } = request.query
+      const page = await app.services.users.list(requireUser(request), {
+        limit: limit ?? 50,
+        status,
+        after: cursor ? decodeCursor(cursor) : undefined,
+      })
+      return { items: page.items.map(toUser), nextCursor: page.next ? encodeCursor(page.next) : null }
+    },
+  )
+
+  app.patch(
+    '/:id',
+    {
+      schema: {
+        tags: ['users'],
+        operationId: 'changeUserRole',
+        summary:
+          "Give an account of the admin's organization another role (409 LAST_ADMIN for the last active admin)",
+        params: UserParams,
+        body: UserRoleChange,
+        response: { 200: User, ...problemResponses(400, 401, 403, 404, 409) },
+      },
+    },
+    async (request) =>
+      toUser(await app.services.users.changeRole(requireUser(request), request.params.id, request.body.role)),
+  )
+
+  app.post(
+    '/:id/unlock',
+    {
+      schema: {
+        tags: ['users'],
+        operationId: 'unlockUser',
+        summary: 'End the lockout after failed sign-ins now (an account that is not locked is left as it is)',
+        params: UserParams,
+        response: { 200: User, ...problemResponses(401, 403, 404) },
+      },
+    },
+    async (request) => toUser(await app.services.users.unlock(requireUser(request), request.params.id)),
+  )
+
+  app.post(
+    '/:id/resend-invitation',
+    {
+      // The invitations' per-IP allowance: one counter with POST /api/users.
+      config: { rateLimit: [{ name: 'invite:ip', by: 'ip', max: 'invitePerMinute', window: 'minute' }] },
+      schema: {
+        tags: ['users'],
+        operationId: 'resendInvitation',
+        summary: 'Email an invitee that has not accepted yet a fresh link; the older one stops working',
+        params: UserParams,
+        response: { 202: UserIdResponse, ...problemResponses(401, 403, 404, 409, 429) },
+      },
+    },
+    async (request, reply) => {
+      const result = await app.services.users.resendInvitation(requireUser(request), request.params.id)
+      return reply.code(202).send(result)
+    },
+  )
+
   app.post(
     '',
     {

@@ -11,6 +11,7 @@ import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
 import type { UserPrincipal } from '../../principal.ts'
 import { PasswordHasher } from '../../security/passwords.ts'
+import { publishRevocation } from '../../security/revocation.ts'
 import { findOrganization } from '../organizations/index.ts'
 import type { AccountLinks } from './account-links.ts'
 import {
@@ -24,11 +25,17 @@ import { retireOneTimeTokens } from './one-time-tokens.ts'
 import {
   type AccountRow,
   findAccount,
+  findUserItem,
   incrementSessionVersion,
   insertAccount,
+  listUsers,
   lockAccountOfOrganization,
   lockActiveAdmins,
   setAccountActive,
+  setAccountRole,
+  type UserItemRow,
+  type UserStatus,
+  unlockAccountOfOrganization,
 } from './repository.ts'
 
 export interface UserAdministrationDeps {
@@ -55,12 +62,16 @@ async function accountExists<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
+/** Whether the account holds its role tuple: from its creation (invited ones too) until deactivated. */
+const holdsRoleTuple = (account: AccountRow) =>
+  !account.deactivated_at && (account.active || PasswordHasher.isUnusable(account.password_hash))
+
 /**
- * Account administration by an organization's admins: invite, deactivate,
- * reactivate and the admin-triggered reset; and by operators (the CLI, the demo seed): create. The
- * organization is the request's tenant; the admin relation is checked through the authorization
- * port. Every
- * change is one transaction, with its role tuple and email in it.
+ * Account administration by an organization's admins: list, invite, change a role, unlock, resend
+ * an invitation, deactivate, reactivate and the admin-triggered reset; and by operators (the CLI,
+ * the demo seed): create. The organization is the request's tenant; the admin relation is checked
+ * through the authorization port. Every change is one transaction, with its role tuple, email and
+ * audit event in it.
  */
 export class UserAdministration {
   readonly #deps: UserAdministrationDeps
@@ -265,5 +276,125 @@ export class UserAdministration {
       if (!target.deactivated_at && PasswordHasher.isUnusable(target.password_hash))
         return links.send(trx, target, 'INVITATION', clock.now())
     })
+  }
+
+  /**
+   * A page of the organization's accounts, by lower-cased email, after `after` (the `next` of the
+   * page before), of one status or all.
+   */
+  async list(
+    caller: UserPrincipal,
+    page: { limit: number; status?: UserStatus | undefined; after?: string | undefined },
+  ): Promise<{ items: UserItemRow[]; next: string | null }> {
+    const { db, clock } = this.#deps
+    const tenant = await this.#authorize(caller)
+    const rows = await listUsers(db, tenant, { ...page, now: clock.now(), limit: page.limit + 1 })
+    const items = rows.slice(0, page.limit)
+    const last = items.at(-1)
+    return { items, next: rows.length > page.limit && last ? last.sort_key : null }
+  }
+
+  /**
+   * Gives an account of the organization another role: its role tuple is swapped (an account that
+   * holds one), its session version moves on and its cached session state is dropped on every
+   * instance, so no token or cache carries the old role past the commit. The last active admin is
+   * never demoted. The same role again changes nothing and records nothing.
+   */
+  async changeRole(caller: UserPrincipal, userId: string, role: Role): Promise<UserItemRow> {
+    const { db, clock, tuples } = this.#deps
+    const tenant = await this.#authorize(caller)
+    const now = clock.now()
+    const { item, changed } = await inTransaction(db, async (trx) => {
+      // The admins first, as deactivation locks them: two admins demoting each other are serialised.
+      const admins = await lockActiveAdmins(trx, tenant)
+      const target = await this.#target(trx, tenant, userId)
+      await this.#admin(trx, caller, tenant)
+      if (target.role !== role) {
+        if (target.active && target.role === 'admin' && admins <= 1) {
+          throw new AppError('LAST_ADMIN', "The organization's last active admin cannot be demoted")
+        }
+        await setAccountRole(trx, tenant, userId, role, now)
+        if (holdsRoleTuple(target)) {
+          await tuples.record(
+            trx,
+            [roleTuple('delete', target), roleTuple('write', { ...target, role })],
+            now,
+          )
+        }
+        await incrementSessionVersion(trx, userId)
+        await publishRevocation(trx, { kind: 'user', id: userId })
+        await this.#deps.audit.record(trx, {
+          type: 'user.role_changed',
+          organizationId: tenant.organizationId,
+          actor: actorOf(caller),
+          subject: { type: 'user', id: userId },
+          data: { from: target.role, to: role },
+        })
+      }
+      return { item: await this.#item(trx, tenant, userId, now), changed: target.role !== role }
+    })
+    // The new tuples start on their way at once; what fails stays queued for the worker.
+    if (changed) await tuples.deliver()
+    return item
+  }
+
+  /**
+   * Ends an account's lockout before its time (as `user unlock` does for operators). An account
+   * that is not locked is left as it is, its failure count included, and nothing is recorded.
+   */
+  async unlock(caller: UserPrincipal, userId: string): Promise<UserItemRow> {
+    const { db, clock } = this.#deps
+    const tenant = await this.#authorize(caller)
+    const now = clock.now()
+    return inTransaction(db, async (trx) => {
+      const target = await this.#target(trx, tenant, userId)
+      await this.#admin(trx, caller, tenant)
+      if (target.locked_until && target.locked_until > now) {
+        await unlockAccountOfOrganization(trx, tenant, userId, now)
+        await this.#deps.audit.record(trx, {
+          type: 'user.unlocked',
+          organizationId: tenant.organizationId,
+          actor: actorOf(caller),
+          subject: { type: 'user', id: userId },
+          data: { lockedUntil: target.locked_until.toISOString() },
+        })
+      }
+      return this.#item(trx, tenant, userId, now)
+    })
+  }
+
+  /**
+   * Mails an invitee that has not accepted yet a fresh invitation; the older links stop working
+   * (AccountLinks keeps one live link per purpose). Any other account: 409 INVALID_TRANSITION.
+   */
+  async resendInvitation(caller: UserPrincipal, userId: string): Promise<{ userId: string }> {
+    const { db, clock, links } = this.#deps
+    const tenant = await this.#authorize(caller)
+    const now = clock.now()
+    await inTransaction(db, async (trx) => {
+      const target = await this.#target(trx, tenant, userId)
+      await this.#admin(trx, caller, tenant)
+      if (target.active || target.deactivated_at || !PasswordHasher.isUnusable(target.password_hash)) {
+        throw new AppError(
+          'INVALID_TRANSITION',
+          'Only an invited user who has not accepted yet is invited again',
+        )
+      }
+      await links.send(trx, target, 'INVITATION', now)
+      await this.#deps.audit.record(trx, {
+        type: 'user.invitation_resent',
+        organizationId: tenant.organizationId,
+        actor: actorOf(caller),
+        subject: { type: 'user', id: userId },
+      })
+    })
+    return { userId }
+  }
+
+  /** The account as a UserItemRow after the change, read in the change's transaction. */
+  async #item(trx: Tx, tenant: TenantScope, userId: string, now: Date): Promise<UserItemRow> {
+    const item = await findUserItem(trx, tenant, userId, now)
+    if (!item) throw new AppError('NOT_FOUND', 'No such user')
+    return item
   }
 }

@@ -1,3 +1,11 @@
-// The machine principals feature: API keys and service accounts (created by the CLI), resolved
-// from their credentials on every request and cached briefly.
+// The machine principals feature: API keys and service accounts, resolved from their credentials on
+// every request and cached briefly. Service accounts are created by the CLI; API keys by the CLI
+// and by an organization's admins under /api/api-keys.
+import type { FastifyInstance } from 'fastify'
+import apiKeyRoutes from './routes.ts'
+
 export { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from './service.ts'
+
+export default async function machinePrincipalsFeature(app: FastifyInstance) {
+  await app.register(apiKeyRoutes, { prefix: '/api/api-keys' })
+}

@@ -1,5 +1,6 @@
 import { type Selectable, sql } from 'kysely'
 import type { ApiKeyTable, Executor, ServiceAccountTable, Tx } from '../../db/schema.ts'
+import type { TenantScope } from '../../db/tenant-scope.ts'
 
 export type ServiceAccountRow = Selectable<ServiceAccountTable>
 export type ApiKeyRow = Selectable<ApiKeyTable>
@@ -47,8 +48,8 @@ export function disableServiceAccount(
 
 export function insertApiKey(
   trx: Tx,
+  tenant: TenantScope,
   values: {
-    organizationId: string
     keyPrefix: string
     keyHash: string
     scopes: string[]
@@ -60,7 +61,7 @@ export function insertApiKey(
   return trx
     .insertInto('api_keys')
     .values({
-      organization_id: values.organizationId,
+      organization_id: tenant.organizationId,
       key_prefix: values.keyPrefix,
       key_hash: values.keyHash,
       scopes: values.scopes,
@@ -76,28 +77,72 @@ export function findApiKeyByHash(db: Executor, keyHash: string): Promise<ApiKeyR
   return db.selectFrom('api_keys').selectAll().where('key_hash', '=', keyHash).executeTakeFirst()
 }
 
-/** Revokes an active key; undefined when it does not exist or was already revoked. */
-export function revokeApiKey(trx: Tx, id: string, now: Date): Promise<ApiKeyRow | undefined> {
+/** Revokes an active key of the organization; undefined when it is not one, or was already revoked. */
+export function revokeApiKey(
+  trx: Tx,
+  tenant: TenantScope,
+  id: string,
+  now: Date,
+): Promise<ApiKeyRow | undefined> {
   return trx
     .updateTable('api_keys')
     .set({ revoked_at: now })
+    .where('organization_id', '=', tenant.organizationId)
     .where('id', '=', id)
     .where('revoked_at', 'is', null)
     .returningAll()
     .executeTakeFirst()
 }
 
+/** A key of the organization. */
+export function findApiKeyOf(db: Executor, tenant: TenantScope, id: string): Promise<ApiKeyRow | undefined> {
+  return db
+    .selectFrom('api_keys')
+    .selectAll()
+    .where('organization_id', '=', tenant.organizationId)
+    .where('id', '=', id)
+    .executeTakeFirst()
+}
+
+/** A key of any organization: its principal's re-check, and an operator's revoke by id. */
 export function findApiKey(db: Executor, id: string): Promise<ApiKeyRow | undefined> {
   return db.selectFrom('api_keys').selectAll().where('id', '=', id).executeTakeFirst()
 }
 
-export function listApiKeys(db: Executor, organizationId: string): Promise<ApiKeyRow[]> {
-  return db
-    .selectFrom('api_keys')
-    .selectAll()
-    .where('organization_id', '=', organizationId)
-    .orderBy('created_at', 'desc')
-    .execute()
+export type ApiKeyState = 'active' | 'revoked' | 'expired'
+
+/** A position in the list's order (created_at desc, id desc): the last row of a page. */
+export interface ApiKeyPageKey {
+  createdAt: Date
+  id: string
+}
+
+/**
+ * The organization's keys, newest first; in a state as of `now` when one is given, after `after`
+ * (keyset paging on the organization's (organization_id, created_at) index), `limit` of them or all.
+ */
+export function listApiKeys(
+  db: Executor,
+  tenant: TenantScope,
+  options: {
+    now: Date
+    state?: ApiKeyState | undefined
+    after?: ApiKeyPageKey | undefined
+    limit: number | null
+  },
+): Promise<ApiKeyRow[]> {
+  const { now, state, after, limit } = options
+  let query = db.selectFrom('api_keys').selectAll().where('organization_id', '=', tenant.organizationId)
+  if (state === 'revoked') query = query.where('revoked_at', 'is not', null)
+  if (state === 'active')
+    query = query
+      .where('revoked_at', 'is', null)
+      .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+  if (state === 'expired') query = query.where('revoked_at', 'is', null).where('expires_at', '<=', now)
+  if (after)
+    query = query.where((eb) => eb(eb.refTuple('created_at', 'id'), '<', eb.tuple(after.createdAt, after.id)))
+  query = query.orderBy('created_at', 'desc').orderBy('id', 'desc')
+  return (limit === null ? query : query.limit(limit)).execute()
 }
 
 /** Records last use times gathered in memory, never moving one backwards. */

@@ -1,24 +1,30 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { type AuditTrail, actorOf } from '../../audit/index.ts'
+import type { Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
+import { runWithTenant } from '../../context.ts'
 import { inTransaction } from '../../db/database.ts'
 import { InvalidatedCache } from '../../db/invalidated-cache.ts'
 import type { Database } from '../../db/schema.ts'
+import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError, validationFailed } from '../../errors.ts'
-import type { ApiKeyPrincipal, ServiceAccountPrincipal } from '../../principal.ts'
+import type { ApiKeyPrincipal, Principal, ServiceAccountPrincipal, UserPrincipal } from '../../principal.ts'
 import { isScope, SCOPES } from '../../scopes.ts'
 import { publishRevocation, type Revocation, type RevocationListener } from '../../security/revocation.ts'
 import type { AccessTokens, IssuedToken } from '../../security/tokens.ts'
 import { sha256 } from '../../security/tokens.ts'
 import { findOrganization } from '../organizations/index.ts'
 import {
+  type ApiKeyPageKey,
   type ApiKeyRow,
+  type ApiKeyState,
   disableServiceAccount,
   findApiKey,
   findApiKeyByHash,
+  findApiKeyOf,
   findServiceAccount,
   findServiceAccountByClientId,
   insertApiKey,
@@ -186,16 +192,37 @@ export class ServiceAccounts implements RevocationListener {
 
 type CachedKey = Pick<ApiKeyRow, 'id' | 'organization_id' | 'scopes' | 'expires_at' | 'revoked_at'>
 
+/** A key as the API and the CLI show it: never its hash, and the raw key only when created. */
+export const toApiKey = (row: ApiKeyRow) => ({
+  id: row.id,
+  keyPrefix: row.key_prefix,
+  scopes: row.scopes,
+  description: row.description,
+  createdAt: row.created_at.toISOString(),
+  expiresAt: row.expires_at?.toISOString() ?? null,
+  revokedAt: row.revoked_at?.toISOString() ?? null,
+  lastUsedAt: row.last_used_at?.toISOString() ?? null,
+})
+
+export interface NewApiKey {
+  scopes: string[]
+  description: string
+  expiresAt: Date | null
+}
+
 /**
  * API keys: organization-scoped credentials for integrations. Looked-up keys are cached by hash;
- * a revocation is pushed to every instance (src/security/revocation.ts).
+ * a revocation is pushed to every instance (src/security/revocation.ts). Managed by operators (the
+ * CLI: `create`, `revoke`, `list`, actor system) and by an organization's admins over HTTP
+ * (`…ByAdmin`, actor the admin). Only signed-in users are admins here: a key never manages keys,
+ * whatever its scopes, so a leaked key cannot mint others that would outlive its revocation.
  */
 export class ApiKeys implements RevocationListener {
-  readonly #deps: Deps
+  readonly #deps: Deps & { permissions: Permissions }
   readonly #byHash: InvalidatedCache<CachedKey | 'none'>
   readonly #lastUse = new Map<string, Date>()
 
-  constructor(deps: Deps) {
+  constructor(deps: Deps & { permissions: Permissions }) {
     this.#deps = deps
     this.#byHash = new InvalidatedCache({ max: 50_000, ttl: cacheTtlMs(deps.config) })
   }
@@ -219,26 +246,40 @@ export class ApiKeys implements RevocationListener {
     ]
   }
 
-  async create(input: {
-    organizationId: string
-    scopes: string[]
-    description: string
-    expiresAt: Date | null
-  }) {
+  /** The caller's organization, when the caller is one of its admins (asked through the authorization port). */
+  async #authorize(principal: UserPrincipal): Promise<TenantScope> {
+    const tenant = tenantScope()
+    await this.#deps.permissions.require(principal, 'admin', `organization:${tenant.organizationId}`)
+    return tenant
+  }
+
+  /** An operator's key for the organization (the CLI): recorded with the system as actor. */
+  async create(input: NewApiKey & { organizationId: string }) {
+    const { row, rawKey } = await this.#create(runWithTenant(input.organizationId, tenantScope), null, input)
+    return { id: row.id, rawKey, keyPrefix: row.key_prefix }
+  }
+
+  /** A key of the admin's organization; any scope may be granted. The raw key is in this answer only. */
+  async createByAdmin(principal: UserPrincipal, input: NewApiKey) {
+    const tenant = await this.#authorize(principal)
+    const { row, rawKey } = await this.#create(tenant, principal, input)
+    return { ...toApiKey(row), rawKey }
+  }
+
+  async #create(tenant: TenantScope, actor: Principal | null, input: NewApiKey) {
     const { db, clock, config } = this.#deps
     const now = clock.now()
     if (input.expiresAt && input.expiresAt <= now) {
-      throw new AppError('VALIDATION_FAILED', 'expiresAt must be in the future')
+      throw validationFailed('body.expiresAt', 'must be in the future', 'expiresAt must be in the future')
     }
     const scopes = parseScopes(input.scopes)
     const secret = randomBytes(KEY_BYTES).toString('base64url')
     const rawKey = `${config.auth.apiKey.prefix}${secret}`
     const keyPrefix = `${config.auth.apiKey.prefix}${secret.slice(0, DISPLAY_CHARS)}`
     const row = await inTransaction(db, async (trx) => {
-      if (!(await findOrganization(trx, input.organizationId)))
+      if (!(await findOrganization(trx, tenant.organizationId)))
         throw new AppError('NOT_FOUND', 'No such organization')
-      const inserted = await insertApiKey(trx, {
-        organizationId: input.organizationId,
+      const inserted = await insertApiKey(trx, tenant, {
         keyPrefix,
         keyHash: sha256(rawKey),
         scopes,
@@ -246,7 +287,7 @@ export class ApiKeys implements RevocationListener {
         expiresAt: input.expiresAt,
         now,
       })
-      const tuples = ApiKeys.tuples({ id: inserted.id, organizationId: input.organizationId, scopes })
+      const tuples = ApiKeys.tuples({ id: inserted.id, organizationId: tenant.organizationId, scopes })
       await this.#deps.tuples.record(
         trx,
         tuples.map((t) => ({ operation: 'write', ...t })),
@@ -254,32 +295,47 @@ export class ApiKeys implements RevocationListener {
       )
       await this.#deps.audit.record(trx, {
         type: 'api_key.created',
-        organizationId: input.organizationId,
-        actor: actorOf(null),
+        organizationId: tenant.organizationId,
+        actor: actorOf(actor),
         subject: { type: 'api_key', id: inserted.id },
         data: { keyPrefix, scopes: scopes.join(' ') },
       })
       return inserted
     })
-    return { id: row.id, rawKey, keyPrefix }
+    return { row, rawKey }
   }
 
+  /** An operator's revocation of a key of any organization (the CLI). */
   async revoke(id: string) {
+    const key = await findApiKey(this.#deps.db, id)
+    if (!key) throw new AppError('NOT_FOUND', 'No such API key')
+    const row = await this.#revoke(runWithTenant(key.organization_id, tenantScope), null, id)
+    return { id: row.id, revokedAt: (row.revoked_at ?? this.#deps.clock.now()).toISOString() }
+  }
+
+  /** Revokes a key of the admin's organization; another organization's key is not found. */
+  async revokeByAdmin(principal: UserPrincipal, id: string): Promise<void> {
+    const tenant = await this.#authorize(principal)
+    await this.#revoke(tenant, principal, id)
+  }
+
+  async #revoke(tenant: TenantScope, actor: Principal | null, id: string): Promise<ApiKeyRow> {
     const { db, clock } = this.#deps
     const now = clock.now()
     const row = await inTransaction(db, async (trx) => {
-      const revoked = await revokeApiKey(trx, id, now)
-      // Revoking again is idempotent: same answer, and the tuple deletes are not queued twice.
-      if (!revoked) return findApiKey(trx, id)
+      const revoked = await revokeApiKey(trx, tenant, id, now)
+      // Revoking again is idempotent: same answer, no second event, and the tuple deletes are not
+      // queued twice (a concurrent revoke waits for the row and then finds it revoked).
+      if (!revoked) return findApiKeyOf(trx, tenant, id)
       await publishRevocation(trx, { kind: 'api_key', keyHash: revoked.key_hash })
       await this.#deps.audit.record(trx, {
         type: 'api_key.revoked',
-        organizationId: revoked.organization_id,
-        actor: actorOf(null),
+        organizationId: tenant.organizationId,
+        actor: actorOf(actor),
         subject: { type: 'api_key', id },
         data: { keyPrefix: revoked.key_prefix },
       })
-      const tuples = ApiKeys.tuples({ id, organizationId: revoked.organization_id, scopes: revoked.scopes })
+      const tuples = ApiKeys.tuples({ id, organizationId: tenant.organizationId, scopes: revoked.scopes })
       await this.#deps.tuples.record(
         trx,
         tuples.map((t) => ({ operation: 'delete', ...t })),
@@ -289,21 +345,42 @@ export class ApiKeys implements RevocationListener {
     })
     if (!row) throw new AppError('NOT_FOUND', 'No such API key')
     this.#byHash.delete(row.key_hash)
-    return { id: row.id, revokedAt: (row.revoked_at ?? now).toISOString() }
+    return row
   }
 
+  /** Every key of the organization, newest first (the CLI). */
   async list(organizationId: string) {
-    const rows = await listApiKeys(this.#deps.db, organizationId)
-    return rows.map((r) => ({
-      id: r.id,
-      keyPrefix: r.key_prefix,
-      scopes: r.scopes,
-      description: r.description,
-      createdAt: r.created_at.toISOString(),
-      expiresAt: r.expires_at?.toISOString() ?? null,
-      revokedAt: r.revoked_at?.toISOString() ?? null,
-      lastUsedAt: r.last_used_at?.toISOString() ?? null,
-    }))
+    const tenant = runWithTenant(organizationId, tenantScope)
+    const rows = await listApiKeys(this.#deps.db, tenant, { now: this.#deps.clock.now(), limit: null })
+    return rows.map(toApiKey)
+  }
+
+  /** A key of the admin's organization; another organization's key is not found. */
+  async getByAdmin(principal: UserPrincipal, id: string) {
+    const tenant = await this.#authorize(principal)
+    const row = await findApiKeyOf(this.#deps.db, tenant, id)
+    if (!row) throw new AppError('NOT_FOUND', 'No such API key')
+    return toApiKey(row)
+  }
+
+  /** A page of the admin's organization's keys, newest first, in one state if asked. */
+  async pageByAdmin(
+    principal: UserPrincipal,
+    options: { limit: number; state?: ApiKeyState | undefined; after?: ApiKeyPageKey | undefined },
+  ): Promise<{ items: ReturnType<typeof toApiKey>[]; next: ApiKeyPageKey | null }> {
+    const tenant = await this.#authorize(principal)
+    const rows = await listApiKeys(this.#deps.db, tenant, {
+      now: this.#deps.clock.now(),
+      state: options.state,
+      after: options.after,
+      limit: options.limit + 1,
+    })
+    const items = rows.slice(0, options.limit)
+    const last = items.at(-1)
+    return {
+      items: items.map(toApiKey),
+      next: rows.length > options.limit && last ? { createdAt: last.created_at, id: last.id } : null,
+    }
   }
 
   /**

@@ -9,6 +9,7 @@ import { AppError } from '../../errors.ts'
 import type { PasswordHasher } from '../../security/passwords.ts'
 import {
   type AccountRow,
+  accountLocked,
   claimLoginAttempt,
   settleLoginAttempt,
   updatePasswordHash,
@@ -136,7 +137,7 @@ export class AccountAuthenticator implements CredentialAuthenticator {
     }
     claimedAccount(claimed.account)
     // A locked account gets no verification at all: its attempts cost no hash and reveal nothing.
-    if (claimed.wasLocked) throw locked(claimed.account.locked_until ?? lockedUntil, now)
+    if (claimed.wasLocked) throw accountLocked(claimed.account.locked_until ?? lockedUntil, now)
     const { account } = claimed
     // A wrong password (or, below, a wrong code) stays counted as the claim counted it.
     if (!(await passwords.verify(account.password_hash, password))) return null
@@ -149,7 +150,7 @@ export class AccountAuthenticator implements CredentialAuthenticator {
         // OTP_REQUIRED: the password was right and no code was tried, so the attempt is given back.
         if (error instanceof AppError && error.code === 'OTP_REQUIRED') {
           if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'refund')))
-            throw locked(lockedUntil, now)
+            throw accountLocked(lockedUntil, now)
         }
         throw error
       }
@@ -157,7 +158,8 @@ export class AccountAuthenticator implements CredentialAuthenticator {
       factor = passed
     }
     // A burst past the limit locks the account for good: then even the right password is refused.
-    if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear'))) throw locked(lockedUntil, now)
+    if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear')))
+      throw accountLocked(lockedUntil, now)
     if (passwords.needsRehash(account.password_hash)) {
       await updatePasswordHash(db, account.id, await passwords.hash(password), now)
     }
@@ -166,9 +168,3 @@ export class AccountAuthenticator implements CredentialAuthenticator {
     return { userId: account.id, organizationId: account.organization_id, signInMethod }
   }
 }
-
-/** ACCOUNT_LOCKED with Retry-After: the seconds until the lock ends. */
-const locked = (until: Date, now: Date) =>
-  new AppError('ACCOUNT_LOCKED', 'The account is temporarily locked after too many failed attempts', {
-    headers: { 'retry-after': String(Math.max(1, Math.ceil((until.getTime() - now.getTime()) / 1000))) },
-  })

@@ -25,6 +25,20 @@ export function endUserSessions(trx: Tx, userId: string, now: Date, reason: stri
   return revokeSessions(trx, { userId }, now, reason)
 }
 
+/**
+ * Ends every active session of an account but the one kept (a password change keeps the session it
+ * was made from), in the caller's transaction, and announces it to every instance.
+ */
+export function endOtherUserSessions(
+  trx: Tx,
+  userId: string,
+  keepSessionId: string,
+  now: Date,
+  reason: string,
+): Promise<string[]> {
+  return revokeSessions(trx, { userId, exceptSessionId: keepSessionId }, now, reason)
+}
+
 export default async function sessionsFeature(app: FastifyInstance) {
   await app.register(sessionRoutes, { prefix: '/api/auth' })
 }

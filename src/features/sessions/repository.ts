@@ -152,11 +152,13 @@ export function findSession(db: Executor, id: string): Promise<SessionRow | unde
 
 /**
  * Revokes sessions (and all their refresh tokens) that are still active and announces it to every
- * instance (a user's sessions as the user, one session by its id); returns their ids.
+ * instance (a user's sessions as the user, one session by its id); returns their ids. A user's
+ * sessions may leave one out (`exceptSessionId`): it is dropped from the caches with the others and
+ * read again, still live.
  */
 export async function revokeSessions(
   db: Tx,
-  where: { sessionId?: string; userId?: string },
+  where: { sessionId?: string; userId?: string; exceptSessionId?: string },
   now: Date,
   reason: string,
 ): Promise<string[]> {
@@ -166,6 +168,7 @@ export async function revokeSessions(
     .where('revoked_at', 'is', null)
   if (where.sessionId) query = query.where('id', '=', where.sessionId)
   if (where.userId) query = query.where('user_id', '=', where.userId)
+  if (where.exceptSessionId) query = query.where('id', '<>', where.exceptSessionId)
   const revoked = await query.returning('id').execute()
   const ids = revoked.map((row) => row.id)
   if (ids.length > 0) {

@@ -1,0 +1,93 @@
+import type { Kysely } from 'kysely'
+import type { AuditTrail } from '../../audit/index.ts'
+import type { Clock } from '../../clock.ts'
+import type { Config } from '../../config.ts'
+import { inTransaction } from '../../db/database.ts'
+import type { Database } from '../../db/schema.ts'
+import { tenantScope } from '../../db/tenant-scope.ts'
+import { AppError } from '../../errors.ts'
+import { enqueueMail } from '../../mail/outbox.ts'
+import type { UserPrincipal } from '../../principal.ts'
+import type { PasswordHasher } from '../../security/passwords.ts'
+import { accountLocked, checkPasswordPolicy, type EndOtherSessions } from './accounts.ts'
+import { retireOneTimeTokens } from './one-time-tokens.ts'
+import { claimLoginAttempt, findOwnAccount, replacePasswordHash, settleLoginAttempt } from './repository.ts'
+
+export interface OwnAccountDeps {
+  audit: AuditTrail
+  db: Kysely<Database>
+  clock: Clock
+  config: Config
+  passwords: PasswordHasher
+  endOtherSessions: EndOtherSessions
+}
+
+const notAnAccount = () => new AppError('NOT_FOUND', 'Only platform accounts have a profile here')
+const wrongPassword = () => new AppError('INVALID_CREDENTIALS', 'The current password is not correct')
+
+/**
+ * The signed-in user's own account: what it is (GET /api/auth/me) and its password change. A user
+ * a deployment's own authenticator signed in, without a row in the account table, gets 404.
+ */
+export class OwnAccount {
+  readonly #deps: OwnAccountDeps
+
+  constructor(deps: OwnAccountDeps) {
+    this.#deps = deps
+  }
+
+  async me(user: UserPrincipal) {
+    const account = await findOwnAccount(this.#deps.db, tenantScope(), user.userId)
+    if (!account) throw notAnAccount()
+    return account
+  }
+
+  /**
+   * Verifies the current password as a login does: the attempt is claimed first and counted toward
+   * the lockout until the password proves right, so a stolen session cannot guess the password
+   * faster than a login could (wrong: 401 INVALID_CREDENTIALS; locked: 401 ACCOUNT_LOCKED). Then,
+   * in one transaction: the new hash (only if the old one is still in place), the account's
+   * outstanding reset links retired, every other session of the user ended on every instance (the
+   * caller's stays), the event and the password-changed notice.
+   */
+  async changePassword(user: UserPrincipal, currentPassword: string, newPassword: string): Promise<void> {
+    const { db, clock, config, passwords } = this.#deps
+    checkPasswordPolicy(config, newPassword)
+    const tenant = tenantScope()
+    const account = await findOwnAccount(db, tenant, user.userId)
+    if (!account) throw notAnAccount()
+    const now = clock.now()
+    const { maxAttempts, durationMinutes } = config.auth.lockout
+    const lockedUntil = new Date(now.getTime() + durationMinutes * 60_000)
+    const claimed = await claimLoginAttempt(db, account.email, now, maxAttempts, lockedUntil)
+    // An account deactivated since its session began claims no attempt: a wrong password's answer.
+    if (!claimed) {
+      await passwords.verifyNothing(currentPassword)
+      throw wrongPassword()
+    }
+    if (claimed.wasLocked) throw accountLocked(claimed.account.locked_until ?? lockedUntil, now)
+    const previousHash = claimed.account.password_hash
+    if (!(await passwords.verify(previousHash, currentPassword))) throw wrongPassword()
+    if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear')))
+      throw accountLocked(lockedUntil, now)
+    const passwordHash = await passwords.hash(newPassword)
+    await inTransaction(db, async (trx) => {
+      // Another change (or a reset) since the verification: the password given is not current any more.
+      if (!(await replacePasswordHash(trx, tenant, account.id, previousHash, passwordHash, now)))
+        throw wrongPassword()
+      await retireOneTimeTokens(trx, account.id, now, 'PASSWORD_RESET')
+      await this.#deps.endOtherSessions(trx, account.id, user.sessionId, now, 'password_changed')
+      await this.#deps.audit.record(trx, {
+        type: 'password.changed',
+        organizationId: tenant.organizationId,
+        actor: { type: 'user', id: account.id },
+        subject: { type: 'user', id: account.id },
+      })
+      await enqueueMail(
+        trx,
+        { template: 'password_changed', to: account.email, data: {}, organizationId: tenant.organizationId },
+        now,
+      )
+    })
+  }
+}
