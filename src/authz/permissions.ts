@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely'
 import { isDataException } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
+import { type TenantScope, tenantScope } from '../db/tenant-scope.ts'
 import { AppError } from '../errors.ts'
 import type { Principal } from '../principal.ts'
 import { type AuthorizationPort, AuthorizationRequestError, type CheckRequest } from './port.ts'
@@ -29,6 +30,21 @@ export interface Permissions {
     read: RowsRead<Row>,
     options?: { ifFound?: boolean },
   ): Promise<{ allowed: boolean; rows: Row[] }>
+}
+
+/**
+ * The caller's organization, once a user caller is found to be one of its admins (403
+ * ACCESS_DENIED otherwise). A machine principal reaches an admin operation only with the scope its
+ * route declares, which the route guard has checked.
+ */
+export async function organizationAdmin(
+  permissions: Permissions,
+  principal: Principal,
+): Promise<TenantScope> {
+  const tenant = tenantScope()
+  if (principal.type === 'USER')
+    await permissions.require(principal, 'admin', `organization:${tenant.organizationId}`)
+  return tenant
 }
 
 /**

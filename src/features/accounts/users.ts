@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely'
 import { type AuditActor, type AuditTrail, actorOf } from '../../audit/index.ts'
-import type { Permissions } from '../../authz/permissions.ts'
+import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
@@ -84,10 +84,8 @@ export class UserAdministration {
    * The decision: the caller must hold `admin` on the tenant's organization (403 ACCESS_DENIED
    * otherwise). Returns the organization the operation acts in.
    */
-  async #authorize(caller: UserPrincipal): Promise<TenantScope> {
-    const tenant = tenantScope()
-    await this.#deps.permissions.require(caller, 'admin', `organization:${tenant.organizationId}`)
-    return tenant
+  #authorize(caller: UserPrincipal): Promise<TenantScope> {
+    return organizationAdmin(this.#deps.permissions, caller)
   }
 
   /**

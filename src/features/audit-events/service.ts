@@ -1,8 +1,8 @@
 import type { Kysely } from 'kysely'
 import { publicEvent, toStoredEvent } from '../../audit/index.ts'
-import type { Permissions } from '../../authz/permissions.ts'
+import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
 import type { Database } from '../../db/schema.ts'
-import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
+import type { TenantScope, } from '../../db/tenant-scope.ts'
 import type { Principal } from '../../principal.ts'
 import {
   type AuditEventRow,
@@ -30,11 +30,8 @@ export class AuditEvents {
     this.#permissions = deps.permissions
   }
 
-  async #authorize(principal: Principal): Promise<TenantScope> {
-    const tenant = tenantScope()
-    if (principal.type === 'USER')
-      await this.#permissions.require(principal, 'admin', `organization:${tenant.organizationId}`)
-    return tenant
+  #authorize(principal: Principal): Promise<TenantScope> {
+    return organizationAdmin(this.#permissions, principal)
   }
 
   async page(principal: Principal, filter: AuditFilter, page: { limit: number; beforeSequence?: number }) {

@@ -1,7 +1,7 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { type AuditTrail, actorOf } from '../../audit/index.ts'
-import type { Permissions } from '../../authz/permissions.ts'
+import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
@@ -247,10 +247,8 @@ export class ApiKeys implements RevocationListener {
   }
 
   /** The caller's organization, when the caller is one of its admins (asked through the authorization port). */
-  async #authorize(principal: UserPrincipal): Promise<TenantScope> {
-    const tenant = tenantScope()
-    await this.#deps.permissions.require(principal, 'admin', `organization:${tenant.organizationId}`)
-    return tenant
+  #authorize(principal: UserPrincipal): Promise<TenantScope> {
+    return organizationAdmin(this.#deps.permissions, principal)
   }
 
   /** An operator's key for the organization (the CLI): recorded with the system as actor. */

@@ -1,7 +1,6 @@
 import type { Kysely } from 'kysely'
-import type { Permissions } from '../../authz/permissions.ts'
+import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
 import type { Database } from '../../db/schema.ts'
-import { tenantScope } from '../../db/tenant-scope.ts'
 import { organizationDeadLetters, organizationOutboxCounts } from '../../outbox/status.ts'
 import type { UserPrincipal } from '../../principal.ts'
 
@@ -20,8 +19,7 @@ export class OutboxStatus {
   }
 
   async read(principal: UserPrincipal, limit: number) {
-    const tenant = tenantScope()
-    await this.#permissions.require(principal, 'admin', `organization:${tenant.organizationId}`)
+    const tenant = await organizationAdmin(this.#permissions, principal)
     const outboxes = await organizationOutboxCounts(this.#db, tenant)
     const deadLetters = await organizationDeadLetters(this.#db, tenant, limit)
     return {

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import type { Kysely } from 'kysely'
 import { type AuditTrail, actorOf } from '../../audit/index.ts'
-import type { Permissions } from '../../authz/permissions.ts'
+import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
 import { inTransaction } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
-import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
+import type { TenantScope, } from '../../db/tenant-scope.ts'
 import { AppError, validationFailed } from '../../errors.ts'
 import type { Principal } from '../../principal.ts'
 import type { SecretBox } from '../../security/secret-box.ts'
@@ -94,11 +94,8 @@ export class Webhooks {
     this.#allowPrivateNetworks = deps.allowPrivateNetworks
   }
 
-  async #authorize(principal: Principal): Promise<TenantScope> {
-    const tenant = tenantScope()
-    if (principal.type === 'USER')
-      await this.#permissions.require(principal, 'admin', `organization:${tenant.organizationId}`)
-    return tenant
+  #authorize(principal: Principal): Promise<TenantScope> {
+    return organizationAdmin(this.#permissions, principal)
   }
 
   #url(text: string): string {
