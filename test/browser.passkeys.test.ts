@@ -373,7 +373,7 @@ describe('passkeys in Chromium', () => {
     expect((await storedPasskeys(user.id)).map((p) => p.name)).toEqual(['Work laptop'])
 
     // Usernameless: an empty email field, any passkey of the site may answer.
-    await page.getByRole('button', { name: 'Log out', exact: true }).click()
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click()
     await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
     const usernameless = answerTo(page, AUTHENTICATION)
     await page.getByRole('button', { name: 'Sign in with a passkey' }).click()
@@ -394,12 +394,12 @@ describe('passkeys in Chromium', () => {
     expect(byPasskey.cacheControl).toBe(byPassword.cacheControl)
     expect(await cookieFlags(context)).toEqual(passwordCookies)
     expect(await currentSignInMethod(page)).toBe('passkey')
-    await expect.poll(() => page.locator('#sessions').textContent()).toContain('passkey')
+    await expect.poll(() => page.locator('#sessions').textContent()).toContain('Passkey')
     // Its use is on the list.
     await expect.poll(() => page.locator('#passkeys tr').first().textContent()).not.toContain('never')
 
     // Username-first: the email names the account, whose passkeys alone may answer.
-    await page.getByRole('button', { name: 'Log out', exact: true }).click()
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click()
     await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
     await page.getByLabel('Email').first().fill(user.email)
     const usernameFirst = answerTo(page, AUTHENTICATION)
@@ -437,7 +437,9 @@ describe('passkeys in Chromium', () => {
       'username webauthn',
     )
     // Nothing clicked: the conditional request the page made on load is what signed in.
-    await expect.poll(() => returning.page.locator('#who').textContent()).toBe(`Signed in (user ${user.id})`)
+    await expect
+      .poll(() => returning.page.locator('#who').textContent())
+      .toContain(`Signed in as ${user.email}`)
     expect(await ceremoniesOf(returning.page)).toEqual([
       { mediation: 'conditional', allowCredentials: 0, outcome: 'resolved' },
     ])
@@ -478,7 +480,7 @@ describe('passkeys in Chromium', () => {
     await page.getByRole('button', { name: 'Add a passkey' }).click()
     await expect
       .poll(() => page.locator('#passkeys-error').textContent())
-      .toBe('ERROR_AUTHENTICATOR_PREVIOUSLY_REGISTERED: The authenticator was previously registered')
+      .toBe('The authenticator was previously registered (ERROR_AUTHENTICATOR_PREVIOUSLY_REGISTERED)')
     const fromClient = await page.evaluate(async () => {
       const { platform } = (globalThis as unknown as ConsoleGlobals).platformConsole
       return platform.passkeys.register('First once more').then(
@@ -695,7 +697,7 @@ describe('passkeys in Chromium', () => {
       payload: { code: totp.generate({ timestamp: t.clock.now().getTime() }) },
     })
     expect(enabled.statusCode).toBe(200)
-    await page.getByRole('button', { name: 'Log out', exact: true }).click()
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click()
     await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
 
     const logins = recordPosts(context, '/api/auth/login')
@@ -714,12 +716,12 @@ describe('passkeys in Chromium', () => {
       },
     ])
     expect(await currentSignInMethod(page)).toBe('password+passkey')
-    await expect.poll(() => page.locator('#sessions').textContent()).toContain('password+passkey')
+    await expect.poll(() => page.locator('#sessions').textContent()).toContain('Password and passkey')
 
-    await page.getByRole('button', { name: 'Log out', exact: true }).click()
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click()
     await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
     await page.getByRole('button', { name: 'Sign in with a passkey' }).click()
-    await expect.poll(() => page.locator('#who').textContent()).toBe(`Signed in (user ${admin.id})`)
+    await expect.poll(() => page.locator('#who').textContent()).toContain(`Signed in as ${admin.email}`)
     expect(await currentSignInMethod(page)).toBe('passkey')
     expect(logins).toHaveLength(2)
     await context.close()
@@ -822,7 +824,8 @@ describe('passkeys in Chromium', () => {
       await platform.passkeys.remove(id)
     }, stored?.id ?? '')
     await page.getByRole('button', { name: 'Remove Home laptop' }).click()
-    await expect.poll(() => page.locator('#passkeys-error').textContent()).toBe('NOT_FOUND: No such passkey')
+    await page.getByRole('dialog').getByRole('button', { name: 'Remove' }).click()
+    await expect.poll(() => page.locator('#passkeys-error').textContent()).toBe('No such passkey (NOT_FOUND)')
     await expect
       .poll(() => page.locator('#passkeys-status').textContent())
       .toBe('No passkeys yet: add one to sign in without a password.')

@@ -95,7 +95,7 @@ describe('in Chromium', () => {
     const refreshRequests = recordRefreshRequests(context)
     const page = await context.newPage()
     await signInThroughConsole(page, base, await newUser(t.app))
-    await page.getByRole('button', { name: 'Log out', exact: true }).click()
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click()
     await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
     expect(await sessionHintOf(page)).toBeNull()
     await page.reload()
@@ -225,19 +225,21 @@ describe('in Chromium', () => {
     const page = await context.newPage()
     const user = await newUser(t.app, { role: 'admin' })
     await signInThroughConsole(page, base, user)
+    await page.getByRole('link', { name: 'Purchase requests' }).click()
     await page.getByLabel('Title').fill('New laptops')
-    await page.getByRole('button', { name: 'Create' }).click()
-    await expect.poll(() => page.locator('#pr-detail-title').textContent()).toContain('New laptops (DRAFT)')
+    await page.getByRole('button', { name: 'Create', exact: true }).click()
+    await expect.poll(() => page.locator('#pr-status').textContent()).toBe('Draft')
+    expect(await page.locator('#pr-detail-title').textContent()).toBe('New laptops')
     await page.locator('#attach').setInputFiles({
       name: 'offer.pdf',
       mimeType: 'application/pdf',
       buffer: Buffer.from('%PDF-1.7 offer'),
     })
     await expect.poll(() => page.locator('#attachments').textContent()).toContain('offer.pdf')
-    await page.getByRole('button', { name: 'Submit' }).click()
-    await expect.poll(() => page.locator('#pr-detail-title').textContent()).toContain('(SUBMITTED)')
+    await page.getByRole('button', { name: 'Submit for approval' }).click()
+    await expect.poll(() => page.locator('#pr-status').textContent()).toBe('Submitted')
     await page.getByRole('button', { name: 'Approve' }).click()
-    await expect.poll(() => page.locator('#pr-detail-title').textContent()).toContain('(APPROVED)')
+    await expect.poll(() => page.locator('#pr-status').textContent()).toBe('Approved')
     expect(await page.locator('#pr-history li').count()).toBe(2)
     expect(await page.locator('#error').textContent()).toBe('')
     await page.screenshot({ path: path.join(SHOTS, 'purchase-request.png'), fullPage: true })
@@ -263,7 +265,7 @@ describe('in Chromium', () => {
       .poll(() => page.locator('#backup-codes').textContent())
       .toContain('Backup codes (shown once)')
     await page.screenshot({ path: path.join(SHOTS, 'two-factor.png'), fullPage: true })
-    await page.getByRole('button', { name: 'Log out', exact: true }).click()
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click()
     await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
 
     // Without the code the sign-in is refused with the catalogue's code; with it, it works.
