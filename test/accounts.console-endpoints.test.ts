@@ -180,6 +180,7 @@ describe('GET /api/auth/me', () => {
       organizationName: stored.name,
       role: 'member',
       otpEnabled: true,
+      otpRequired: false,
       passkeyCount: 2,
       sessionId: member.session.sessionId,
     })
@@ -187,6 +188,8 @@ describe('GET /api/auth/me', () => {
       userId: admin.user.id,
       role: 'admin',
       otpEnabled: false,
+      // The default platform.auth.otp.required-for-roles: admin.
+      otpRequired: true,
       passkeyCount: 0,
       sessionId: admin.session.sessionId,
     })

@@ -496,6 +496,8 @@ export interface components {
             organizationId: string;
             organizationName: string;
             otpEnabled: boolean;
+            /** @description Whether the role requires the second factor (platform.auth.otp.required-for-roles): it cannot be turned off */
+            otpRequired: boolean;
             passkeyCount: number;
             role: "admin" | "member";
             /** Format: uuid */

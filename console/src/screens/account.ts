@@ -165,24 +165,27 @@ function twoFactorCard(context: ConsoleContext) {
     fill(
       body,
       h('p', null, 'Sign-ins ask for a code from your authenticator app, or one of your backup codes.'),
-      button(
-        'Turn off',
-        () =>
-          void guard(alert, async () => {
-            const sure = await confirmDialog({
-              title: 'Turn off two-factor authentication?',
-              message: 'Sign-ins will ask for your password only, and your backup codes stop working.',
-              confirm: 'Turn off',
-              danger: true,
-            })
-            if (!sure) return
-            unwrap(await api.POST('/api/auth/otp/disable'))
-            await context.refreshMe()
-            notify('Two-factor authentication is off.')
-            showOff()
-          }),
-        { variant: 'danger' },
-      ),
+      // A role that requires the second factor cannot turn it off: no button that can only fail.
+      context.me.otpRequired
+        ? h('p', { class: 'hint', id: 'otp-required' }, 'Your role requires two-factor authentication, so it stays on.')
+        : button(
+            'Turn off',
+            () =>
+              void guard(alert, async () => {
+                const sure = await confirmDialog({
+                  title: 'Turn off two-factor authentication?',
+                  message: 'Sign-ins will ask for your password only, and your backup codes stop working.',
+                  confirm: 'Turn off',
+                  danger: true,
+                })
+                if (!sure) return
+                unwrap(await api.POST('/api/auth/otp/disable'))
+                await context.refreshMe()
+                notify('Two-factor authentication is off.')
+                showOff()
+              }),
+            { variant: 'danger' },
+          ),
     )
   }
 

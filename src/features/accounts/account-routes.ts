@@ -74,6 +74,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
         organizationName: account.organization_name,
         role: account.role,
         otpEnabled: account.otp_enabled,
+        otpRequired: app.config.auth.otp.requiredForRoles.includes(account.role),
         passkeyCount: account.passkey_count,
         sessionId: user.sessionId,
       }

@@ -114,6 +114,10 @@ export const CurrentUser = Type.Object(
     organizationName: Type.String(),
     role: RoleName,
     otpEnabled: Type.Boolean(),
+    otpRequired: Type.Boolean({
+      description:
+        'Whether the role requires the second factor (platform.auth.otp.required-for-roles): it cannot be turned off',
+    }),
     passkeyCount: Type.Integer({ minimum: 0 }),
     sessionId: Uuid,
   },
