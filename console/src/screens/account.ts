@@ -167,7 +167,11 @@ function twoFactorCard(context: ConsoleContext) {
       h('p', null, 'Sign-ins ask for a code from your authenticator app, or one of your backup codes.'),
       // A role that requires the second factor cannot turn it off: no button that can only fail.
       context.me.otpRequired
-        ? h('p', { class: 'hint', id: 'otp-required' }, 'Your role requires two-factor authentication, so it stays on.')
+        ? h(
+            'p',
+            { class: 'hint', id: 'otp-required' },
+            'Your role requires two-factor authentication, so it stays on.',
+          )
         : button(
             'Turn off',
             () =>
