@@ -118,6 +118,30 @@ describe('in Chromium', () => {
     await context.close()
   })
 
+  it('sends a wrong current password once: a 401 about what the call carried is not refreshed and retried', async () => {
+    const context = await browser.newContext()
+    const refreshes = recordRefreshes(context)
+    const changes: string[] = []
+    context.on('request', (request) => {
+      if (request.url().endsWith('/api/auth/password/change')) changes.push(request.method())
+    })
+    const page = await context.newPage()
+    await signInThroughConsole(page, base, await newUser(t.app))
+    refreshes.length = 0
+    const answer = await page.evaluate(async () => {
+      const { platform } = (globalThis as unknown as { platformConsole: { platform: PagePlatform } })
+        .platformConsole
+      const result = await platform.api.POST('/api/auth/password/change', {
+        body: { currentPassword: 'not the password at all', newPassword: 'a brand new long passphrase' },
+      })
+      return { status: result.response.status, code: (result.error as { code?: string } | undefined)?.code }
+    })
+    expect(answer).toEqual({ status: 401, code: 'INVALID_CREDENTIALS' })
+    expect(changes).toEqual(['POST'])
+    expect(refreshes).toEqual([])
+    await context.close()
+  })
+
   it('serialises the refreshes of two tabs firing 20 calls each: no reuse, both stay signed in', async () => {
     const context = await browser.newContext()
     const refreshes = recordRefreshes(context)

@@ -30,6 +30,7 @@ export function launchChromium(): Promise<Browser> {
 export interface PagePlatform {
   api: {
     GET(path: string, init?: object): Promise<{ response: { status: number }; data: { downloadUrl: string } }>
+    POST(path: string, init?: object): Promise<{ response: { status: number }; error?: unknown }>
   }
   state: { status: string; reason?: string; session?: { sessionId: string } }
   refresh(): Promise<boolean>
