@@ -29,7 +29,8 @@ export function listAuditEvents(
 /**
  * A batch of the organization's events matching the filter, oldest first, after `afterSequence`,
  * each already rendered by PostgreSQL as the JSON text of an AuditEvent (the shape `toAuditEvent`
- * gives a row), so an export of any size builds no object per event.
+ * gives a row), so an export of any size builds no object per event. The rows come in an array of
+ * their own: the driver's is emptied (below).
  */
 export async function exportBatch(
   db: Executor,
@@ -44,7 +45,7 @@ export async function exportBatch(
     .where('sequence', '>', afterSequence as never)
     .orderBy('sequence')
     .limit(limit)
-  return db
+  const rows = await db
     .selectFrom(batch.as('e'))
     .select([
       'e.sequence',
@@ -59,6 +60,13 @@ export async function exportBatch(
     ])
     .orderBy('e.sequence')
     .execute()
+  // Moved out of pg's result array (Kysely returns that array itself), which is left empty. Awaited
+  // through pg's promise, a finished query's result array stays reachable for the young
+  // generation's collections until the next full collection: left full, its rows survived two
+  // scavenges and were promoted, every line of every batch (about 0.7 kB an event), and the
+  // service's RSS grew with the export (43-62 MB for 200,000 events). Emptied, it holds nothing and
+  // each line dies young once written (test/bench/audit-export.ts has the figures).
+  return rows.splice(0)
 }
 
 /** The organization's events (its own chain) that match the filter. */
