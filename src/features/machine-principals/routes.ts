@@ -3,35 +3,11 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses, validationFailed } from '../../errors.ts'
+import { decodeKeysetCursor, encodeKeysetCursor } from '../../http/keyset-cursor.ts'
 import { requireUser } from '../../principal.ts'
-import { isUuid } from '../../uuid.ts'
-import type { ApiKeyPageKey } from './repository.ts'
 import { ApiKey, ApiKeyListQuery, ApiKeyPage, ApiKeyParams, CreateApiKey, CreatedApiKey } from './schemas.ts'
 
 const tags = ['api-keys']
-
-const encodeCursor = (key: ApiKeyPageKey) =>
-  Buffer.from(JSON.stringify([key.createdAt.toISOString(), key.id])).toString('base64url')
-
-/** Only a cursor exactly as this API wrote it: a creation time of years 1 to 9999 and a lower-case id. */
-function decodeCursor(cursor: string): ApiKeyPageKey {
-  try {
-    const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string]
-    const date = new Date(createdAt)
-    const year = date.getUTCFullYear()
-    if (typeof id !== 'string' || !isUuid(id) || id !== id.toLowerCase() || !(year >= 1 && year <= 9999))
-      throw new Error()
-    const key = { createdAt: date, id }
-    if (encodeCursor(key) !== cursor) throw new Error()
-    return key
-  } catch {
-    throw validationFailed(
-      'querystring.cursor',
-      'is not a valid cursor',
-      'The cursor is not one this API returned',
-    )
-  }
-}
 
 /** An instant the schema accepted as date-time that a Date can also hold (a leap second cannot). */
 function instant(text: string | undefined): Date | null {
@@ -61,9 +37,9 @@ const apiKeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const page = await apiKeys.pageByAdmin(requireUser(request), {
         limit: limit ?? 50,
         state,
-        after: cursor ? decodeCursor(cursor) : undefined,
+        after: cursor ? decodeKeysetCursor(cursor) : undefined,
       })
-      return { items: page.items, nextCursor: page.next ? encodeCursor(page.next) : null }
+      return { items: page.items, nextCursor: page.next ? encodeKeysetCursor(page.next) : null }
     },
   )
 

@@ -2,12 +2,12 @@
 // paging, attachments through the generic file endpoints and a generated PDF report. This file is
 // the template for adding a resource (README, "Adding a resource").
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
-import { problemResponses, validationFailed } from '../../errors.ts'
+import { problemResponses } from '../../errors.ts'
 import { idempotentCreate } from '../../http/idempotency.ts'
+import { decodeKeysetCursor, encodeKeysetCursor } from '../../http/keyset-cursor.ts'
 import { requirePrincipal } from '../../principal.ts'
-import { isUuid } from '../../uuid.ts'
 import { FileRecord, fileLocation, toFileRecord } from '../files/index.ts'
-import type { PageKey, PurchaseRequestEventRow, PurchaseRequestRow } from './repository.ts'
+import type { PurchaseRequestEventRow, PurchaseRequestRow } from './repository.ts'
 import {
   CreatePurchaseRequest,
   History,
@@ -39,34 +39,6 @@ const toHistoryEntry = (row: PurchaseRequestEventRow) => ({
   actorId: row.actor_id,
   occurredAt: row.occurred_at.toISOString(),
 })
-
-const encodeCursor = (key: PageKey) =>
-  Buffer.from(JSON.stringify([key.createdAt.toISOString(), key.id])).toString('base64url')
-
-/**
- * Whether a cursor's time can be one this API wrote, from a stored creation time: years 1 to 9999.
- * A Date reaches ±275760 years; PostgreSQL (and PGlite) refuse most of that range as out of range.
- */
-const storable = (date: Date) => date.getUTCFullYear() >= 1 && date.getUTCFullYear() <= 9999
-
-function decodeCursor(cursor: string): PageKey {
-  try {
-    const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string]
-    const date = new Date(createdAt)
-    // Ids are written in lower case; the text comparison of the keyset would not match another.
-    if (typeof id !== 'string' || !isUuid(id) || id !== id.toLowerCase() || !storable(date)) throw new Error()
-    const key = { createdAt: date, id }
-    // Only a cursor exactly as this API wrote it is accepted.
-    if (encodeCursor(key) !== cursor) throw new Error()
-    return key
-  } catch {
-    throw validationFailed(
-      'querystring.cursor',
-      'is not a valid cursor',
-      'The cursor is not one this API returned',
-    )
-  }
-}
 
 const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(PurchaseRequest)
@@ -120,11 +92,11 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const page = await service.list(requirePrincipal(request), {
         limit: limit ?? 20,
         status,
-        after: cursor ? decodeCursor(cursor) : undefined,
+        after: cursor ? decodeKeysetCursor(cursor) : undefined,
       })
       return {
         items: page.items.map(toPurchaseRequest),
-        nextCursor: page.next ? encodeCursor(page.next) : null,
+        nextCursor: page.next ? encodeKeysetCursor(page.next) : null,
       }
     },
   )
