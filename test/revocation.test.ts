@@ -132,6 +132,49 @@ describe('revocations pushed to another instance', () => {
     })
   })
 
+  it('ends on B the access tokens issued before a role change made on A', async () => {
+    await withB(async (b) => {
+      const organizationId = await newOrganization(a.app)
+      const admin = await newUser(a.app, { organizationId, role: 'admin' })
+      const member = await newUser(a.app, { organizationId })
+      const signedIn = await signIn(a.app, member)
+      const other = await signIn(a.app, await newUser(a.app, { organizationId }))
+      expect((await sessions(b, signedIn.access)).statusCode).toBe(200)
+
+      const caller: UserPrincipal = {
+        type: 'USER',
+        id: admin.id,
+        userId: admin.id,
+        organizationId,
+        sessionId: randomUUID(),
+      }
+      await a.app.authz.outbox.runOnce()
+      await runWithTenant(organizationId, () => a.app.services.users.changeRole(caller, member.id, 'admin'))
+      await refusedOn(b, (app) => sessions(app, signedIn.access))
+      expect((await sessions(b, other.access)).statusCode).toBe(200)
+    })
+  })
+
+  it('ends on B the other sessions of a user who changed the password on A, and keeps the one that changed it', async () => {
+    await withB(async (b) => {
+      const user = await newUser(a.app)
+      const changing = await signIn(a.app, user)
+      const elsewhere = await signIn(a.app, user)
+      expect((await sessions(b, elsewhere.access)).statusCode).toBe(200)
+      expect((await sessions(b, changing.access)).statusCode).toBe(200)
+
+      const res = await a.app.inject({
+        method: 'POST',
+        url: '/api/auth/password/change',
+        cookies: { access_token: changing.access },
+        payload: { currentPassword: user.password, newPassword: 'another long enough passphrase' },
+      })
+      expect(res.statusCode).toBe(204)
+      await refusedOn(b, (app) => sessions(app, elsewhere.access))
+      expect((await sessions(b, changing.access)).statusCode).toBe(200)
+    })
+  })
+
   it('ends a revoked API key and a disabled service account on B', async () => {
     await withB(async (b) => {
       const organizationId = await newOrganization(a.app)
