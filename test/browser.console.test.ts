@@ -3,8 +3,6 @@ import path from 'node:path'
 import { Secret, TOTP } from 'otpauth'
 import type { Browser, BrowserContext, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { EVENT_TYPES } from '../console/src/event-types.ts'
-import { AUDIT_EVENT_TYPES } from '../src/audit/index.ts'
 import { freePort } from '../src/lifecycle.ts'
 import {
   ACCOUNT_TEST_CONFIG,
@@ -177,10 +175,6 @@ async function setUpTwoFactor(page: Page) {
 }
 
 describe('the console in Chromium', () => {
-  it('offers the service’s audit event types, no more and no fewer', () => {
-    expect([...EVENT_TYPES].sort()).toEqual([...AUDIT_EVENT_TYPES].sort())
-  })
-
   it('shows a signed-out first visit the sign-in form, and /docs, without a console error', async () => {
     const context = await browser.newContext()
     const { page, errors } = await visit(context)

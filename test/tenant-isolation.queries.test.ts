@@ -62,8 +62,6 @@ const CROSS_TENANT: Record<string, string> = {
     'the webhook worker reads the failure state of the endpoint a claimed message goes to',
   'src/features/webhooks/repository.ts#recordAttempt':
     'the webhook worker records an attempt of a claimed message for its endpoint and organization',
-  'src/features/webhooks/repository.ts#endpointUrl':
-    'the webhook worker names the endpoint it disabled in the notice to its organization’s admins',
   'src/features/webhooks/repository.ts#deleteOldDeliveries':
     "the webhook_deliveries retention rule sweeps every organization's delivery attempts",
   'src/features/machine-principals/repository.ts#findApiKeyByHash':

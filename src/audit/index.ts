@@ -1,12 +1,11 @@
 // The audit trail (an infrastructure room): events recorded in the transaction that causes them,
 // hash-chained per organization (src/audit/chain.ts), verified by `npm run cli -- audit verify`.
 export { ChainKeys, type StoredEvent, type Verification } from './chain.ts'
+export { AUDIT_EVENT_TYPES, type AuditEventType } from './event-types.ts'
 export { deleteOldEvents, toStoredEvent } from './repository.ts'
 export {
-  AUDIT_EVENT_TYPES,
   type AuditActor,
   type AuditEventInput,
-  type AuditEventType,
   type AuditFanOut,
   AuditTrail,
   type AuditValue,

@@ -12,52 +12,13 @@ import {
   type StoredEvent,
   type Verification,
 } from './chain.ts'
+import type { AuditEventType } from './event-types.ts'
 import { appendEvent, chainEvents, lockChainHead } from './repository.ts'
 
 /** The chain of events that belong to no organization. */
 export const SYSTEM_CHAIN = 'system'
 
 const USER_AGENT_MAX = 512
-
-/** The events the service records (a deployment's own features may record types of their own). */
-export const AUDIT_EVENT_TYPES = [
-  'sign_in.succeeded',
-  'sign_in.failed',
-  'sign_in.locked',
-  'refresh_token.reused',
-  'session.revoked',
-  'sessions.revoked_all',
-  'password.reset',
-  'password.changed',
-  'two_factor.enabled',
-  'two_factor.disabled',
-  'backup_code.used',
-  'passkey.added',
-  'passkey.removed',
-  'user.invited',
-  'user.activated',
-  'user.deactivated',
-  'user.reactivated',
-  'user.role_changed',
-  'user.unlocked',
-  'user.invitation_resent',
-  'api_key.created',
-  'api_key.revoked',
-  'service_account.created',
-  'service_account.disabled',
-  'organization_config.changed',
-  'purchase_request.created',
-  'purchase_request.submitted',
-  'purchase_request.approved',
-  'file.confirmed',
-  'webhook.created',
-  'webhook.updated',
-  'webhook.deleted',
-  'webhook.secret_rotated',
-  'webhook.disabled',
-] as const
-
-export type AuditEventType = (typeof AUDIT_EVENT_TYPES)[number]
 
 /** Values an event's `data` may hold: small and typed, never a secret, token or hash. */
 export type AuditValue = string | number | boolean | null

@@ -90,10 +90,3 @@ export function guardedLookup(resolve: Resolve, allowPrivateNetworks: boolean): 
     )
   }
 }
-
-/** Checks an address literal a URL names (the lookup is not consulted for those). */
-export function checkAddressLiteral(host: string, allowPrivateNetworks: boolean): void {
-  const bare = HOST_LITERAL.exec(host)?.[1] ?? host
-  if (isIP(bare) && !allowPrivateNetworks && !isPublicAddress(bare))
-    throw new WebhookTargetRefused(`${bare} is a refused address`)
-}

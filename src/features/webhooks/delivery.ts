@@ -11,7 +11,7 @@ import { enqueueMail } from '../../mail/outbox.ts'
 import { type OutboxHandler, OutboxWorker, type OutboxWorkerOptions } from '../../outbox/engine.ts'
 import type { SecretBox } from '../../security/secret-box.ts'
 import {
-  checkAddressLiteral,
+  checkWebhookUrl,
   guardedLookup,
   type Resolve,
   systemResolve,
@@ -24,7 +24,6 @@ import {
   claimMessages,
   type EndpointRow,
   endpointsByIds,
-  endpointUrl,
   lockEndpointState,
   type OutboxRow,
   recordAttempt,
@@ -187,10 +186,9 @@ class WebhookDelivery implements OutboxHandler {
   async #send(message: OutboxRow, endpoint: EndpointRow): Promise<Answer> {
     const now = this.#options.clock.now()
     try {
-      const url = new URL(endpoint.url)
-      checkAddressLiteral(url.hostname, this.#options.allowPrivateNetworks)
-      if (url.protocol !== 'https:' && !this.#options.allowPrivateNetworks)
-        throw new WebhookTargetRefused('plain http is not allowed')
+      // The creation's check again (the flag may have been turned off since): address literals are
+      // not resolved, so only here are they refused; names are checked by the connection's lookup.
+      const url = checkWebhookUrl(endpoint.url, this.#options.allowPrivateNetworks)
       const timestamp = Math.floor(now.getTime() / 1000)
       const headers = {
         'content-type': 'application/json',
@@ -239,7 +237,7 @@ class WebhookDelivery implements OutboxHandler {
           attemptedAt,
           durationMs,
           test,
-          wasEnabled: endpoint.enabled,
+          url: endpoint.url,
         }),
       )
       if (answer.error === null) log.info({ ...fields, status: answer.statusCode }, 'webhook delivered')
@@ -255,7 +253,7 @@ class WebhookDelivery implements OutboxHandler {
   async #record(
     trx: Tx,
     message: OutboxRow,
-    attempt: Answer & { attemptedAt: Date; durationMs: number; test: boolean; wasEnabled: boolean },
+    attempt: Answer & { attemptedAt: Date; durationMs: number; test: boolean; url: string },
   ): Promise<DisabledReason | null> {
     const state = await lockEndpointState(trx, message.endpoint_id)
     if (!state) return null
@@ -301,12 +299,18 @@ class WebhookDelivery implements OutboxHandler {
       endpoint: endpointChange,
     })
     if (!recorded || !disable) return null
-    await this.#disabled(trx, message, disable, attemptedAt)
+    await this.#disabled(trx, message, attempt.url, disable, attemptedAt)
     return disable
   }
 
   /** The endpoint was disabled by an attempt: the audit trail records it and the admins are told. */
-  async #disabled(trx: Tx, message: OutboxRow, reason: DisabledReason, now: Date): Promise<void> {
+  async #disabled(
+    trx: Tx,
+    message: OutboxRow,
+    url: string,
+    reason: DisabledReason,
+    now: Date,
+  ): Promise<void> {
     await this.#options.audit.record(trx, {
       type: 'webhook.disabled',
       organizationId: message.organization_id,
@@ -314,7 +318,6 @@ class WebhookDelivery implements OutboxHandler {
       subject: { type: 'webhook', id: message.endpoint_id },
       data: { reason },
     })
-    const url = await endpointUrl(trx, message.endpoint_id)
     for (const to of await activeAdminEmails(trx, message.organization_id))
       await enqueueMail(
         trx,

@@ -230,20 +230,20 @@ export async function recordAttempt(db: Executor, record: AttemptRecord): Promis
   const delivered = record.outcome === 'delivered'
   const finished = record.outcome === 'dead_letter' || record.outcome === 'endpoint_disabled'
   const change = record.endpoint
+  const at = record.attemptedAt
   const endpoint =
     change.kind === 'none'
       ? sql`select 1`
-      : change.kind === 'succeeded'
-        ? sql`update webhook_endpoints set consecutive_failures = 0, failing_since = null
-              where id = ${message.endpoint_id} and exists (select 1 from message)`
-        : change.disable === null
-          ? sql`update webhook_endpoints set consecutive_failures = consecutive_failures + 1,
-                  failing_since = coalesce(failing_since, ${record.attemptedAt})
-                where id = ${message.endpoint_id} and exists (select 1 from message)`
-          : sql`update webhook_endpoints set consecutive_failures = consecutive_failures + 1,
-                  failing_since = coalesce(failing_since, ${record.attemptedAt}),
-                  enabled = false, disabled_reason = ${change.disable}, updated_at = ${record.attemptedAt}
-                where id = ${message.endpoint_id} and exists (select 1 from message)`
+      : sql`update webhook_endpoints set ${
+          change.kind === 'succeeded'
+            ? sql`consecutive_failures = 0, failing_since = null`
+            : sql`consecutive_failures = consecutive_failures + 1, failing_since = coalesce(failing_since, ${at})${
+                change.disable === null
+                  ? sql``
+                  : sql`, enabled = false, disabled_reason = ${change.disable}, updated_at = ${at}`
+              }`
+        }
+        where id = ${message.endpoint_id} and exists (select 1 from message)`
   const { rows } = await sql<{ id: string }>`
     with message as (
       update webhook_outbox set
@@ -276,16 +276,6 @@ export async function releaseMessage(db: Executor, message: OutboxRow): Promise<
     .where('delivered_at', 'is', null)
     .where('lease_until', '=', message.lease_until ?? new Date())
     .execute()
-}
-
-/** An endpoint's URL (the worker's notice that it was disabled). */
-export async function endpointUrl(db: Executor, endpointId: string): Promise<string> {
-  const row = await db
-    .selectFrom('webhook_endpoints')
-    .select('url')
-    .where('id', '=', endpointId)
-    .executeTakeFirstOrThrow()
-  return row.url
 }
 
 /** The organization's admins' addresses, for the notice that an endpoint was disabled. */
