@@ -69,7 +69,7 @@ export interface paths {
         };
         /**
          * Every matching event, oldest first, as NDJSON (streamed); needs organization admin
-         * @description One AuditEvent per line, up to the chain’s head when the export began, named by X-Audit-Head (`<sequence>:<hash>`, empty before the first event). No page limit: read and written 500 events at a time.
+         * @description One AuditEvent per line, up to the chain’s head when the export began, named by X-Audit-Head (`<sequence>:<hash>`, empty before the first event). No page limit: read from the database 500 events at a time and written 50 lines at a time, never held whole.
          */
         get: operations["exportAuditEvents"];
         put?: never;

@@ -53,7 +53,7 @@ const auditRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary: 'Every matching event, oldest first, as NDJSON (streamed); needs organization admin',
         description:
           'One AuditEvent per line, up to the chain’s head when the export began, named by X-Audit-Head ' +
-          '(`<sequence>:<hash>`, empty before the first event). No page limit: read and written 500 events at a time.',
+          '(`<sequence>:<hash>`, empty before the first event). No page limit: read from the database 500 events at a time and written 50 lines at a time, never held whole.',
         querystring: AuditExportQuery,
         response: {
           200: {
