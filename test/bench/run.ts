@@ -249,6 +249,7 @@ async function main() {
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_RESET_PER_HOUR: '1000000000',
+    PLATFORM_AUTH_RATE_LIMIT_RESET_PER_MINUTE: '1000000000',
     // Concurrent logins of one account claim attempt slots before hashing (the lockout's guard).
     PLATFORM_AUTH_LOCKOUT_MAX_ATTEMPTS: '1000000',
     ...(serverUrl ? { PLATFORM_DATASOURCE_URL: databaseUrl(serverUrl, benchDb) } : {}),
@@ -388,7 +389,7 @@ async function runTable(
     ...rows.filter((r) => !r.name.startsWith('floor') && r !== rows[0]).map((r) => r.peakRssMb),
   )
   process.stdout.write(
-    `\nservice RSS: ${idleRssMb.toFixed(0)} MB idle, ${peakRssMb.toFixed(0)} MB peak (goals: <= 110 idle, <= 250 peak)\n`,
+    `\nservice RSS: ${idleRssMb.toFixed(0)} MB idle, ${peakRssMb.toFixed(0)} MB peak (goals: <= 120 idle, <= 220 peak)\n`,
   )
   // The same argon2 work either way: an unknown account's login should take as long as a known one's.
   const known = rows.find((r) => r.name.startsWith('POST /api/auth/login ('))
