@@ -194,7 +194,10 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     },
     genReqId: (request) => {
       const incoming = request.headers['x-request-id']
-      return typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID()
+      // Most requests carry none: the pattern is tested only on a header that is there.
+      return incoming !== undefined && typeof incoming === 'string' && REQUEST_ID.test(incoming)
+        ? incoming
+        : randomUUID()
     },
     logController: new LogController({ requestIdLogLabel: 'requestId', disableRequestLogging: true }),
     trustProxy: trustProxy(config.server.trustProxy),
@@ -211,15 +214,6 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     clientErrorHandler: clientError,
   })
 
-  app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id)
-    done()
-  })
-  // One access-log line per request, when it is answered (Fastify's own logging writes two).
-  app.addHook('onResponse', (request, reply, done) => {
-    request.log.info({ req: request, res: reply, responseTime: reply.elapsedTime }, 'request completed')
-    done()
-  })
   // While closing, responses to in-flight requests end their keep-alive connection, so the
   // server can finish draining instead of waiting for clients to hang up.
   let closing = false
@@ -263,9 +257,11 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
       ? { maxAge: 31_536_000, includeSubDomains: true }
       : false,
   })
-  const securityHeaderValues = headersOf(securityHeaders)
-  app.addHook('onRequest', (_request, reply, done) => {
-    reply.headers(securityHeaderValues)
+  const securityHeaderValues = Object.freeze(headersOf(securityHeaders))
+  // The request id and the security headers in the first onRequest hook, so that every answer,
+  // a refusal of a later hook included, carries them.
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.header('x-request-id', request.id).headers(securityHeaderValues)
     done()
   })
   await app.register(cookie)

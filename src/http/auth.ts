@@ -16,6 +16,7 @@ import fp from 'fastify-plugin'
 import { AppError } from '../errors.ts'
 import type { Principal } from '../principal.ts'
 import type { Scope } from '../scopes.ts'
+import { enterRequestTenant } from './tenant.ts'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -83,8 +84,7 @@ async function authPlugin(app: FastifyInstance) {
   // and a machine principal needs the scope the route declares (none declared: users only). An
   // unmatched request is treated as protected, so without credentials no path, known or not,
   // answers differently from another: the route map stays hidden.
-  app.addHook('onRequest', async (request) => {
-    const principal = await resolvePrincipal(request)
+  function guard(request: FastifyRequest, principal: Principal | null): void {
     request.principal = principal
     const route = request.routeOptions.config
     const matched = !request.is404
@@ -98,6 +98,20 @@ async function authPlugin(app: FastifyInstance) {
           : 'This endpoint is for signed-in users only',
       )
     }
+  }
+
+  // One callback-style hook resolves the principal, guards the route and enters the request's
+  // tenant context (src/http/tenant.ts), so the rest of the request runs inside that context.
+  app.addHook('onRequest', (request, _reply, done) => {
+    resolvePrincipal(request).then((principal) => {
+      try {
+        guard(request, principal)
+      } catch (error) {
+        done(error as Error)
+        return
+      }
+      enterRequestTenant(request, done)
+    }, done)
   })
 }
 

@@ -8,7 +8,13 @@
 import { createHash } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Type } from '@sinclair/typebox'
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type {
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  onSendHookHandler,
+  preHandlerHookHandler,
+} from 'fastify'
 import fp from 'fastify-plugin'
 import stringify from 'safe-stable-stringify'
 import type { AlongWith } from '../db/database.ts'
@@ -140,18 +146,24 @@ async function idempotencyPlugin(app: FastifyInstance) {
     route.schema.headers = Type.Object({ ...headers.properties, [HEADER]: Type.Optional(KeyHeader) })
     route.schema.response = { ...problemResponses(409), ...(route.schema.response as object | undefined) }
   })
-  // App-wide hooks that act on the routes whose config says `idempotent`: the claim after the rate
-  // limits (their plugin is registered first), before the route's own hooks and handler; callback
-  // style, so other routes pass through without a promise.
-  app.addHook('preHandler', (request, reply, done) => {
-    if (!request.routeOptions.config.idempotent) return done()
+  // Hooks added to the routes whose config says `idempotent` (onRoute): the claim after the rate
+  // limits' preHandler (src/http/rate-limits.ts puts it first on a route that declares limits),
+  // before the route's own hooks and handler; the answer is recorded or the key given back in onSend.
+  const claimKey: preHandlerHookHandler = (request, reply, done) => {
     claim(request, reply).then(() => {
       if (!reply.sent) done()
     }, done)
-  })
-  app.addHook('onSend', (request, reply, payload, done) => {
+  }
+  const answerKey: onSendHookHandler = (request, reply, payload, done) => {
     if (!request.idempotencyKey) return done(null, payload)
     answer(request, reply, payload).then((answered) => done(null, answered), done)
+  }
+  app.addHook('onRoute', (route) => {
+    if (!route.config?.idempotent) return
+    const preHandler = [route.preHandler ?? []].flat()
+    preHandler.splice(route.config.rateLimit?.length ? 1 : 0, 0, claimKey)
+    route.preHandler = preHandler
+    route.onSend = [...[route.onSend ?? []].flat(), answerKey]
   })
 
   async function claim(request: FastifyRequest, reply: FastifyReply) {

@@ -1,5 +1,6 @@
-// Decorates `app.metrics` (a Prometheus registry of this instance) and serves GET /metrics;
-// needs db for the pool and outbox gauges. Request durations are labelled by route pattern, never raw URL.
+// Decorates `app.metrics` (a Prometheus registry of this instance), serves GET /metrics and writes
+// the access-log line of every request; needs db for the pool and outbox gauges. Request durations
+// are labelled by route pattern, never raw URL.
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
@@ -57,14 +58,32 @@ async function metricsPlugin(app: FastifyInstance) {
 
   app.decorate('metrics', registry)
 
+  // The histogram's series of a method and route pattern, by status: made on first use and kept, so
+  // an answered request costs two map reads instead of a labels object and its validation.
+  type Series = ReturnType<typeof duration.labels>
+  const seriesByRoute = new Map<string, Map<number, Series>>()
+  function seriesOf(method: string, route: string, status: number): Series {
+    const key = `${method} ${route}`
+    let byStatus = seriesByRoute.get(key)
+    if (!byStatus) {
+      byStatus = new Map()
+      seriesByRoute.set(key, byStatus)
+    }
+    let series = byStatus.get(status)
+    if (!series) {
+      series = duration.labels({ method, route, status_code: String(status) })
+      byStatus.set(status, series)
+    }
+    return series
+  }
+
+  // One onResponse hook per request for both of its records: the access-log line (Fastify's own
+  // logging writes two) and the duration.
   app.addHook('onResponse', (request, reply, done) => {
-    duration.observe(
-      {
-        method: request.method,
-        route: request.routeOptions.url ?? 'unmatched',
-        status_code: String(reply.statusCode),
-      },
-      reply.elapsedTime / 1000,
+    const elapsed = reply.elapsedTime
+    request.log.info({ req: request, res: reply, responseTime: elapsed }, 'request completed')
+    seriesOf(request.method, request.routeOptions.url ?? 'unmatched', reply.statusCode).observe(
+      elapsed / 1000,
     )
     done()
   })

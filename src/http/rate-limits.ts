@@ -1,10 +1,10 @@
-// Enforces the rate limits routes declare in their config (`rateLimit: RateLimitRule[]`), in an
-// app-wide preHandler hook that reads the matched route's config: after the body is validated
-// (limits may count a body field) and before the route's own hooks and handler, so no password is
-// hashed for a request over its limit. Registered before the idempotency plugin, whose claim comes
-// after it. Limits whose rule counts failures
-// only give their hit back when the answer is a success. Needs config and db.
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+// Enforces the rate limits routes declare in their config (`rateLimit: RateLimitRule[]`), in a
+// preHandler hook added to those routes only (onRoute): after the body is validated (limits may
+// count a body field) and before the route's own hooks and handler, so no password is hashed for a
+// request over its limit. Registered before the idempotency plugin, whose claim comes after it.
+// Limits whose rule counts failures only give their hit back when the answer is a success. Needs
+// config and db.
+import type { FastifyInstance, FastifyRequest, onSendHookHandler, preHandlerHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { type CountedHit, enforceRateLimits, giveBack, limitsFor, type RateLimitRule } from './rate-limit.ts'
 
@@ -28,20 +28,27 @@ async function rateLimitsPlugin(app: FastifyInstance) {
     const refunds = hits.filter((_hit, index) => rules[index]?.failuresOnly)
     if (refunds.length > 0) request.rateLimitRefunds = refunds
   }
-  // Callback-style, so a route without limits passes through without a promise.
-  app.addHook('preHandler', (request, _reply, done) => {
+  const limit: preHandlerHookHandler = (request, _reply, done) => {
     const rules = request.routeOptions.config.rateLimit
     if (!rules?.length) return done()
     enforce(request, rules).then(() => done(), done)
-  })
+  }
   // Given back before the answer leaves, so a client's next request already sees it.
-  app.addHook('onSend', (request, reply, payload, done) => {
+  const refund: onSendHookHandler = (request, reply, payload, done) => {
     const refunds = request.rateLimitRefunds
     if (!refunds || reply.statusCode >= 400) return done(null, payload)
     request.rateLimitRefunds = null
     giveBack(db, refunds)
       .catch((error: unknown) => request.log.warn({ err: error }, 'giving back a rate-limit hit failed'))
       .then(() => done(null, payload))
+  }
+  // Only the routes that declare limits get the hooks; the refund only where a rule counts
+  // failures. They run before the route's own hooks of the same kind (none declared today).
+  app.addHook('onRoute', (route) => {
+    const rules = route.config?.rateLimit
+    if (!rules?.length) return
+    route.preHandler = [limit, ...[route.preHandler ?? []].flat()]
+    if (rules.some((rule) => rule.failuresOnly)) route.onSend = [refund, ...[route.onSend ?? []].flat()]
   })
 }
 
