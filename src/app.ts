@@ -180,6 +180,30 @@ function trustProxy(value: string): boolean | string {
   return value
 }
 
+/** Standard output as the log's destination, one per process however many apps it builds. */
+let stdoutDestination: ReturnType<typeof pino.destination> | undefined
+
+/**
+ * Log lines go to standard output asynchronously (a synchronous write per line cost half the
+ * throughput) and in batches: gathered up to 4 KB, written at the latest 100 ms after they were
+ * logged, and whatever is left when the process exits. A write call per line was a tenth of a
+ * request's CPU when no SQL is involved.
+ */
+function standardOutput(): ReturnType<typeof pino.destination> {
+  if (stdoutDestination) return stdoutDestination
+  const destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
+  setInterval(() => destination.flush(), 100).unref()
+  process.once('exit', () => {
+    try {
+      destination.flushSync()
+    } catch {
+      // Not opened yet or already destroyed: there is nothing it could still write.
+    }
+  })
+  stdoutDestination = destination
+  return destination
+}
+
 /**
  * Builds the application without listening. The registration order is the architecture:
  * configuration, errors and docs first (they must see every route), then infrastructure
@@ -189,8 +213,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   const app = Fastify({
     logger: {
       ...loggerOptions(deps.logLevel ?? 'info', config.auth.apiKey.headerName),
-      // Asynchronous writes to stdout: a synchronous write per log line costs half the throughput.
-      stream: deps.logStream ?? pino.destination({ dest: 1, sync: false }),
+      stream: deps.logStream ?? standardOutput(),
     },
     genReqId: (request) => {
       const incoming = request.headers['x-request-id']
