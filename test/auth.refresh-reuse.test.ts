@@ -502,4 +502,31 @@ describe('refresh rate limit', () => {
     limited.clock.advanceSeconds(retryAfter)
     expect((await refresh(limited.app, third, ip)).statusCode).toBe(200)
   })
+
+  it('counts refreshes that fail (no cookie, an unknown token) and then rotates nothing', async () => {
+    const ip = '198.51.100.25'
+    const session = await login(limited.app, await newUser(limited.app), { remoteAddress: ip })
+    expectProblem(await refresh(limited.app, undefined, ip), 401, 'REFRESH_TOKEN_INVALID')
+    expectProblem(await refresh(limited.app, 'unknown-token', ip), 401, 'REFRESH_TOKEN_INVALID')
+
+    const res = await refresh(limited.app, session.refresh, ip)
+    expectProblem(res, 429, 'RATE_LIMITED')
+    expect(cookie(res, 'refresh_token')).toBeUndefined()
+    expectProblem(await refresh(limited.app, undefined, ip), 429, 'RATE_LIMITED')
+
+    limited.clock.advanceSeconds(Number(res.headers['retry-after']))
+    expect((await refresh(limited.app, session.refresh, ip)).statusCode).toBe(200)
+  })
+
+  it('answers 429 before reuse detection: a rotated token over the limit revokes nothing', async () => {
+    const ip = '198.51.100.26'
+    const session = await login(limited.app, await newUser(limited.app), { remoteAddress: ip })
+    const second = cookieValue(await refresh(limited.app, session.refresh, ip), 'refresh_token')
+    expectProblem(await refresh(limited.app, 'unknown-token', ip), 401, 'REFRESH_TOKEN_INVALID')
+
+    const reused = await refresh(limited.app, session.refresh, ip)
+    expectProblem(reused, 429, 'RATE_LIMITED')
+    limited.clock.advanceSeconds(Number(reused.headers['retry-after']))
+    expect((await refresh(limited.app, second, ip)).statusCode).toBe(200)
+  })
 })

@@ -30,7 +30,8 @@ async function rateLimitsPlugin(app: FastifyInstance) {
   }
   // Callback-style, so a route without limits passes through without a promise.
   app.addHook('preHandler', (request, _reply, done) => {
-    const rules = request.routeOptions.config.rateLimit
+    // Rules marked `inStatement` are counted by the handler's own statement.
+    const rules = request.routeOptions.config.rateLimit?.filter((rule) => !rule.inStatement)
     if (!rules?.length) return done()
     enforce(request, rules).then(() => done(), done)
   })
