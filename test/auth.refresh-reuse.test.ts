@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import { sql } from 'kysely'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import type { PlatformEvents } from '../src/events.ts'
 import {
@@ -348,6 +349,30 @@ describe('session management', () => {
       ipAddress: '127.0.0.1',
       current: false,
     })
+  })
+
+  it('shows the times as toISOString shows them, microseconds truncated to milliseconds', async () => {
+    const session = await login(t.app, await newUser(t.app))
+    await sql`update sessions set created_at = '2020-02-03 04:05:06.123999+00',
+      last_used_at = last_used_at + interval '0.000999 seconds' where id = ${session.sessionId}`.execute(
+      t.app.db,
+    )
+    await sql`update refresh_tokens set expires_at = expires_at + interval '0.000999 seconds'
+      where session_id = ${session.sessionId}`.execute(t.app.db)
+    const row = await sessionRow(session.sessionId)
+    const token = await t.app.db
+      .selectFrom('refresh_tokens')
+      .select('expires_at')
+      .where('session_id', '=', session.sessionId)
+      .executeTakeFirstOrThrow()
+
+    const [item] = (await listSessions(session.access)).json() as Record<string, unknown>[]
+    expect(item).toMatchObject({
+      createdAt: '2020-02-03T04:05:06.123Z',
+      lastUsedAt: row.last_used_at.toISOString(),
+      expiresAt: token.expires_at.toISOString(),
+    })
+    expect(row.created_at.toISOString()).toBe('2020-02-03T04:05:06.123Z')
   })
 
   it('stops listing a session once its refresh token has expired unused', async () => {

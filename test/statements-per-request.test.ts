@@ -92,6 +92,15 @@ describe('statements per request', () => {
     expect(statements).toBe(1)
   })
 
+  it("lists the user's sessions in one statement", async () => {
+    const { session } = await newActor(t.app)
+    const { statements, result } = await counted(() =>
+      t.app.inject({ method: 'GET', url: '/api/auth/sessions', cookies: { access_token: session.access } }),
+    )
+    expect(result.json()).toMatchObject([{ sessionId: session.sessionId, current: true }])
+    expect(statements).toBe(1)
+  })
+
   it('answers GET /api/auth/me in one statement (the account, its organization and its passkey count)', async () => {
     const { user, session } = await newActor(t.app)
     const { statements, result } = await counted(() =>

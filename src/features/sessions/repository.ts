@@ -1,4 +1,4 @@
-import { type Selectable, sql } from 'kysely'
+import { CompiledQuery, type Selectable, sql } from 'kysely'
 import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../../db/schema.ts'
 import type { StatementHits } from '../../http/rate-limit-store.ts'
 import { publishRevocation } from '../../security/revocation.ts'
@@ -201,27 +201,45 @@ export async function revokeSessions(
   return ids
 }
 
+/** A session as the session list shows it; the times are ISO 8601 text (`toISOString`'s form). */
+export interface ActiveSessionRow {
+  id: string
+  created_at: string
+  last_used_at: string
+  refresh_expires_at: string
+  user_agent: string | null
+  ip_address: string | null
+  sign_in_method: string | null
+}
+
+// Times rendered by PostgreSQL exactly as `Date.prototype.toISOString` renders them (UTC,
+// milliseconds truncated as JavaScript's dates truncate them), since they are only serialised.
+const isoText = (column: string) => `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+
+// Built once: the list is read on every GET /api/auth/sessions, and its text never changes.
+const ACTIVE_SESSIONS = `select s.id, ${isoText('s.created_at')} as created_at,
+  ${isoText('s.last_used_at')} as last_used_at, ${isoText('t.expires_at')} as refresh_expires_at,
+  s.user_agent, s.ip_address, s.sign_in_method
+from sessions s join refresh_tokens t on t.session_id = s.id
+where s.user_id = $1 and s.revoked_at is null
+  and t.rotated_at is null and t.revoked_at is null and t.expires_at > $2
+order by s.created_at desc`
+
 /**
  * The user's sessions that can still be refreshed: not revoked and holding an unexpired, unused
  * refresh token. `refresh_expires_at` is when the session ends unless it is refreshed.
  */
-export function listActiveSessions(
+export async function listActiveSessions(
   db: Executor,
   userId: string,
   now: Date,
-): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
-  return db
-    .selectFrom('sessions')
-    .innerJoin('refresh_tokens', 'refresh_tokens.session_id', 'sessions.id')
-    .selectAll('sessions')
-    .select('refresh_tokens.expires_at as refresh_expires_at')
-    .where('sessions.user_id', '=', userId)
-    .where('sessions.revoked_at', 'is', null)
-    .where('refresh_tokens.rotated_at', 'is', null)
-    .where('refresh_tokens.revoked_at', 'is', null)
-    .where('refresh_tokens.expires_at', '>', now)
-    .orderBy('sessions.created_at', 'desc')
-    .execute()
+): Promise<ActiveSessionRow[]> {
+  const query = CompiledQuery.raw(ACTIVE_SESSIONS, [
+    userId,
+    now.toISOString(),
+  ]) as CompiledQuery<ActiveSessionRow>
+  const { rows } = await db.executeQuery(query)
+  return rows
 }
 
 /**

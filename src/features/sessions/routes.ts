@@ -188,9 +188,9 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const sessions = await app.services.sessions.list(user.userId)
       return sessions.map((s) => ({
         sessionId: s.id,
-        createdAt: s.created_at.toISOString(),
-        lastUsedAt: s.last_used_at.toISOString(),
-        expiresAt: s.refresh_expires_at.toISOString(),
+        createdAt: s.created_at,
+        lastUsedAt: s.last_used_at,
+        expiresAt: s.refresh_expires_at,
         userAgent: s.user_agent,
         ipAddress: s.ip_address,
         signInMethod: s.sign_in_method as SignInMethod | null,

@@ -9,6 +9,7 @@ import type { EventBus } from '../../events.ts'
 import { countInStatement, type Limit } from '../../http/rate-limit.ts'
 import { type AccessTokens, type IssuedToken, newOpaqueToken, sha256 } from '../../security/tokens.ts'
 import {
+  type ActiveSessionRow,
   findRefreshToken,
   findSession,
   insertSessionWithRefreshToken,
@@ -266,7 +267,7 @@ export class SessionService {
     })
   }
 
-  list(userId: string): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
+  list(userId: string): Promise<ActiveSessionRow[]> {
     return listActiveSessions(this.#deps.db, userId, this.#deps.clock.now())
   }
 
