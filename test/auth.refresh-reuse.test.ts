@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import { sql } from 'kysely'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import type { PlatformEvents } from '../src/events.ts'
 import {
@@ -350,6 +351,30 @@ describe('session management', () => {
     })
   })
 
+  it('shows the times as toISOString shows them, microseconds truncated to milliseconds', async () => {
+    const session = await login(t.app, await newUser(t.app))
+    await sql`update sessions set created_at = '2020-02-03 04:05:06.123999+00',
+      last_used_at = last_used_at + interval '0.000999 seconds' where id = ${session.sessionId}`.execute(
+      t.app.db,
+    )
+    await sql`update refresh_tokens set expires_at = expires_at + interval '0.000999 seconds'
+      where session_id = ${session.sessionId}`.execute(t.app.db)
+    const row = await sessionRow(session.sessionId)
+    const token = await t.app.db
+      .selectFrom('refresh_tokens')
+      .select('expires_at')
+      .where('session_id', '=', session.sessionId)
+      .executeTakeFirstOrThrow()
+
+    const [item] = (await listSessions(session.access)).json() as Record<string, unknown>[]
+    expect(item).toMatchObject({
+      createdAt: '2020-02-03T04:05:06.123Z',
+      lastUsedAt: row.last_used_at.toISOString(),
+      expiresAt: token.expires_at.toISOString(),
+    })
+    expect(row.created_at.toISOString()).toBe('2020-02-03T04:05:06.123Z')
+  })
+
   it('stops listing a session once its refresh token has expired unused', async () => {
     const email = await newUser(t.app)
     const idle = await login(t.app, email)
@@ -501,5 +526,32 @@ describe('refresh rate limit', () => {
     expect((await refresh(limited.app, 'unknown-token', '198.51.100.24')).statusCode).toBe(401)
     limited.clock.advanceSeconds(retryAfter)
     expect((await refresh(limited.app, third, ip)).statusCode).toBe(200)
+  })
+
+  it('counts refreshes that fail (no cookie, an unknown token) and then rotates nothing', async () => {
+    const ip = '198.51.100.25'
+    const session = await login(limited.app, await newUser(limited.app), { remoteAddress: ip })
+    expectProblem(await refresh(limited.app, undefined, ip), 401, 'REFRESH_TOKEN_INVALID')
+    expectProblem(await refresh(limited.app, 'unknown-token', ip), 401, 'REFRESH_TOKEN_INVALID')
+
+    const res = await refresh(limited.app, session.refresh, ip)
+    expectProblem(res, 429, 'RATE_LIMITED')
+    expect(cookie(res, 'refresh_token')).toBeUndefined()
+    expectProblem(await refresh(limited.app, undefined, ip), 429, 'RATE_LIMITED')
+
+    limited.clock.advanceSeconds(Number(res.headers['retry-after']))
+    expect((await refresh(limited.app, session.refresh, ip)).statusCode).toBe(200)
+  })
+
+  it('answers 429 before reuse detection: a rotated token over the limit revokes nothing', async () => {
+    const ip = '198.51.100.26'
+    const session = await login(limited.app, await newUser(limited.app), { remoteAddress: ip })
+    const second = cookieValue(await refresh(limited.app, session.refresh, ip), 'refresh_token')
+    expectProblem(await refresh(limited.app, 'unknown-token', ip), 401, 'REFRESH_TOKEN_INVALID')
+
+    const reused = await refresh(limited.app, session.refresh, ip)
+    expectProblem(reused, 429, 'RATE_LIMITED')
+    limited.clock.advanceSeconds(Number(reused.headers['retry-after']))
+    expect((await refresh(limited.app, second, ip)).statusCode).toBe(200)
   })
 })

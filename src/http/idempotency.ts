@@ -26,6 +26,7 @@ import {
   recordIdempotentAnswer,
   releaseIdempotencyKey,
 } from './idempotency-store.ts'
+import { afterRateLimits } from './rate-limits.ts'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -147,7 +148,7 @@ async function idempotencyPlugin(app: FastifyInstance) {
     route.schema.response = { ...problemResponses(409), ...(route.schema.response as object | undefined) }
   })
   // Hooks added to the routes whose config says `idempotent` (onRoute): the claim after the rate
-  // limits' preHandler (src/http/rate-limits.ts puts it first on a route that declares limits),
+  // limits' preHandler (afterRateLimits),
   // before the route's own hooks and handler; the answer is recorded or the key given back in onSend.
   const claimKey: preHandlerHookHandler = (request, reply, done) => {
     claim(request, reply).then(() => {
@@ -161,7 +162,7 @@ async function idempotencyPlugin(app: FastifyInstance) {
   app.addHook('onRoute', (route) => {
     if (!route.config?.idempotent) return
     const preHandler = [route.preHandler ?? []].flat()
-    preHandler.splice(route.config.rateLimit?.length ? 1 : 0, 0, claimKey)
+    preHandler.splice(afterRateLimits(preHandler), 0, claimKey)
     route.preHandler = preHandler
     route.onSend = [...[route.onSend ?? []].flat(), answerKey]
   })

@@ -1,4 +1,4 @@
-import { sql } from 'kysely'
+import { type RawBuilder, sql } from 'kysely'
 import type { Executor } from '../db/schema.ts'
 
 /** Counts one hit in the key's fixed window, atomically across instances; returns the new count. */
@@ -15,6 +15,64 @@ export async function hitRateLimit(db: Executor, key: string, windowStart: Date)
     .returning('count')
     .executeTakeFirstOrThrow()
   return row.count
+}
+
+/** A hit to count inside another statement: the counter, its window and the allowance it is checked against. */
+export interface StatementHit {
+  key: string
+  windowStart: Date
+  max: number
+}
+
+/** Hits rendered for another statement's `with` list (`hitsInStatement`). */
+export interface StatementHits {
+  /**
+   * The CTEs `rate_hit_0 as (…), rate_hit_1 as (…), ` (a trailing comma), to open a `with` list the
+   * statement's own CTEs follow; empty without hits. Each counts as `hitRateLimit` does, and only
+   * when the ones before it stayed within their allowance, as `enforceRateLimits` stops at the first
+   * exceeded one. A data-modifying CTE runs to completion whether or not the statement reads it, so
+   * the hits are counted whatever the rest of the statement does.
+   */
+  ctes: RawBuilder<unknown>
+  /** A condition true when every hit stayed within its allowance: the guard of the statement's work. */
+  within: RawBuilder<boolean>
+  /** An `int[]` expression of the counts in order (null for a hit not counted after an exceeded one). */
+  counts: RawBuilder<(number | null)[]>
+}
+
+const hitName = (index: number) => sql.raw(`rate_hit_${index}`)
+const withinAllowance = (hits: readonly StatementHit[]) =>
+  hits.length === 0
+    ? sql<boolean>`true`
+    : sql<boolean>`${sql.join(
+        hits.map((hit, index) => sql`(select count from ${hitName(index)}) <= ${hit.max}`),
+        sql` and `,
+      )}`
+
+/**
+ * The hits of `hits` as CTEs of another statement (a handler's one statement counts its route's
+ * limit and does its work, guarded by `within`, in one round trip). The text depends only on how
+ * many hits there are, so it stays one prepared statement.
+ */
+export function hitsInStatement(hits: readonly StatementHit[]): StatementHits {
+  const ctes = hits.map(
+    (hit, index) => sql`${hitName(index)} as (
+      insert into rate_limits as r (key, window_start, count)
+      select ${hit.key}::text, ${hit.windowStart}::timestamptz, 1 where ${withinAllowance(hits.slice(0, index))}
+      on conflict (key) do update set
+        count = case when r.window_start = excluded.window_start then r.count + 1 else 1 end,
+        window_start = excluded.window_start
+      returning count
+    ), `,
+  )
+  return {
+    ctes: sql.join(ctes, sql``),
+    within: withinAllowance(hits),
+    counts:
+      hits.length === 0
+        ? sql`'{}'::int[]`
+        : sql`array[${sql.join(hits.map((_hit, index) => sql`(select count from ${hitName(index)})`))}]::int[]`,
+  }
 }
 
 /** Takes one hit back from the key's window, if that window is still the current one. */

@@ -4,7 +4,13 @@ import type { Config } from '../config.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
 import type { RetentionRule } from '../housekeeping/runner.ts'
-import { deleteRateLimitsBefore, hitRateLimit, unhitRateLimit } from './rate-limit-store.ts'
+import {
+  deleteRateLimitsBefore,
+  hitRateLimit,
+  hitsInStatement,
+  type StatementHits,
+  unhitRateLimit,
+} from './rate-limit-store.ts'
 
 /** The fixed windows a limit counts in, in seconds. */
 export const RATE_LIMIT_WINDOWS = { minute: 60, hour: 3600 } as const
@@ -27,6 +33,13 @@ export interface RateLimitRule {
   window: RateLimitWindow
   /** Only failures count: a successful request gives its hit back (the per-IP login limit). */
   failuresOnly?: boolean
+  /**
+   * Counted by the handler's own statement instead of one of its own before the handler: the
+   * preHandler skips the rule and the handler must pass `statementLimits(request, config)` to
+   * `countInStatement` and include its hits in its statement, guarding its work with them. Not
+   * with `failuresOnly` (nothing gives such a hit back).
+   */
+  inStatement?: boolean
 }
 
 /** The concrete limits of a request under the route's rules. */
@@ -60,6 +73,18 @@ export interface Limit {
   windowSeconds: number
 }
 
+/** The start of the fixed window `now` (ms) falls in. */
+const windowStartOf = (limit: Limit, now: number) =>
+  Math.floor(now / (limit.windowSeconds * 1000)) * limit.windowSeconds * 1000
+
+/** 429 RATE_LIMITED, with Retry-After the seconds until the window ends. */
+function rateLimited(limit: Limit, windowStart: number, now: number): AppError {
+  const retryAfter = Math.max(1, Math.ceil((windowStart + limit.windowSeconds * 1000 - now) / 1000))
+  return new AppError('RATE_LIMITED', 'Too many attempts; try again later', {
+    headers: { 'retry-after': String(retryAfter) },
+  })
+}
+
 /**
  * Fixed-window limits stored in PostgreSQL, so every instance on the database shares them. Each
  * limit is counted (one statement each) and the first exceeded one answers 429 RATE_LIMITED with
@@ -73,18 +98,59 @@ export async function enforceRateLimits(
   const now = clock.now().getTime()
   const counted: CountedHit[] = []
   for (const limit of limits) {
-    const windowMs = limit.windowSeconds * 1000
-    const windowStart = Math.floor(now / windowMs) * windowMs
+    const windowStart = windowStartOf(limit, now)
     const count = await hitRateLimit(db, limit.key, new Date(windowStart))
     counted.push({ key: limit.key, windowStart: new Date(windowStart) })
-    if (count > limit.max) {
-      const retryAfter = Math.max(1, Math.ceil((windowStart + windowMs - now) / 1000))
-      throw new AppError('RATE_LIMITED', 'Too many attempts; try again later', {
-        headers: { 'retry-after': String(retryAfter) },
-      })
-    }
+    if (count > limit.max) throw rateLimited(limit, windowStart, now)
   }
   return counted
+}
+
+/** The concrete limits of the route's rules marked `inStatement`, for the handler to count. */
+export function statementLimits(
+  request: { ip: string; body?: unknown; routeOptions: { config: { rateLimit?: readonly RateLimitRule[] } } },
+  config: Config,
+): Limit[] {
+  const rules = request.routeOptions.config.rateLimit?.filter((rule) => rule.inStatement) ?? []
+  return rules.length === 0 ? [] : limitsFor(rules, config, request)
+}
+
+/** Limits counted by a handler's statement: the CTEs to include, and the check of their counts. */
+export interface LimitsInStatement {
+  hits: StatementHits
+  /**
+   * Throws 429 RATE_LIMITED, with Retry-After as `enforceRateLimits` answers, for the first
+   * exceeded limit of the counts the statement returned (its `hits.counts`).
+   */
+  check(counts: readonly (number | null)[]): void
+}
+
+/**
+ * `limits` to be counted in the handler's one statement at `now` (the windows it falls in): the
+ * statement includes `hits.ctes`, does its work only where `hits.within` holds, returns
+ * `hits.counts`, and the handler calls `check` on them before anything else. Same counting and
+ * answer as the preHandler's, without a round trip of its own.
+ */
+export function countInStatement(limits: readonly Limit[], now: Date): LimitsInStatement {
+  const at = now.getTime()
+  const starts = limits.map((limit) => windowStartOf(limit, at))
+  return {
+    hits: hitsInStatement(
+      limits.map((limit, index) => ({
+        key: limit.key,
+        windowStart: new Date(starts[index] as number),
+        max: limit.max,
+      })),
+    ),
+    check(counts) {
+      for (const [index, limit] of limits.entries()) {
+        const count = counts[index]
+        // A count missing is a hit not counted after an exceeded one: never a pass.
+        if (count === null || count === undefined || count > limit.max)
+          throw rateLimited(limit, starts[index] as number, at)
+      }
+    },
+  }
 }
 
 /** A hit counted by `enforceRateLimits`, which a limit that counts only failures may give back. */

@@ -19,6 +19,17 @@ declare module 'fastify' {
   }
 }
 
+const rateLimitHooks = new WeakSet<preHandlerHookHandler>()
+
+/** Where a hook that must run after a route's rate limits goes in its preHandler list. */
+export function afterRateLimits(preHandler: readonly unknown[]): number {
+  let index = 0
+  preHandler.forEach((hook, at) => {
+    if (rateLimitHooks.has(hook as preHandlerHookHandler)) index = at + 1
+  })
+  return index
+}
+
 async function rateLimitsPlugin(app: FastifyInstance) {
   const { config, clock, db } = app
   app.decorateRequest('rateLimitRefunds', null)
@@ -28,10 +39,14 @@ async function rateLimitsPlugin(app: FastifyInstance) {
     const refunds = hits.filter((_hit, index) => rules[index]?.failuresOnly)
     if (refunds.length > 0) request.rateLimitRefunds = refunds
   }
-  const limit: preHandlerHookHandler = (request, _reply, done) => {
-    const rules = request.routeOptions.config.rateLimit
-    if (!rules?.length) return done()
-    enforce(request, rules).then(() => done(), done)
+  // One hook per route, over the rules counted here: rules marked `inStatement` are counted by the
+  // handler's own statement.
+  const limitHook = (rules: readonly RateLimitRule[]): preHandlerHookHandler => {
+    const limit: preHandlerHookHandler = (request, _reply, done) => {
+      enforce(request, rules).then(() => done(), done)
+    }
+    rateLimitHooks.add(limit)
+    return limit
   }
   // Given back before the answer leaves, so a client's next request already sees it.
   const refund: onSendHookHandler = (request, reply, payload, done) => {
@@ -45,9 +60,9 @@ async function rateLimitsPlugin(app: FastifyInstance) {
   // Only the routes that declare limits get the hooks; the refund only where a rule counts
   // failures. They run before the route's own hooks of the same kind (none declared today).
   app.addHook('onRoute', (route) => {
-    const rules = route.config?.rateLimit
+    const rules = route.config?.rateLimit?.filter((rule) => !rule.inStatement)
     if (!rules?.length) return
-    route.preHandler = [limit, ...[route.preHandler ?? []].flat()]
+    route.preHandler = [limitHook(rules), ...[route.preHandler ?? []].flat()]
     if (rules.some((rule) => rule.failuresOnly)) route.onSend = [refund, ...[route.onSend ?? []].flat()]
   })
 }

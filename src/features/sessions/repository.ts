@@ -1,5 +1,6 @@
-import { type Selectable, sql } from 'kysely'
+import { CompiledQuery, type Selectable, sql } from 'kysely'
 import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../../db/schema.ts'
+import type { StatementHits } from '../../http/rate-limit-store.ts'
 import { publishRevocation } from '../../security/revocation.ts'
 
 export type SessionRow = Selectable<SessionTable>
@@ -78,28 +79,44 @@ const successorAndTouch = (
     )`
 
 /**
- * The rotation of a refresh token in one statement: claims the token if it is active and its
- * session is live, inserts its successor (expiring at `now + ttlSeconds`, never after the session)
- * and touches the session. Of any number of concurrent callers with one token exactly one gets the
- * session back: the row lock serialises them and the others no longer match `rotated_at is null`.
- * Nothing changes when the token or its session cannot be used (no row comes back).
+ * The rotation of a refresh token in one statement: counts the route's rate-limit hits (`hits`,
+ * src/http/rate-limit.ts `countInStatement`) and, when they stayed within their allowance, claims
+ * the token if it is active and its session is live, inserts its successor (expiring at
+ * `now + ttlSeconds`, never after the session) and touches the session. Of any number of
+ * concurrent callers with one token exactly one gets the session back: the row lock serialises
+ * them and the others no longer match `rotated_at is null`. Nothing changes but the hits when the
+ * token (null: none was presented) or its session cannot be used, or a limit is exceeded
+ * (`session` undefined); `rateCounts` are the hits' counts.
  */
 export async function rotateRefreshToken(
   db: Executor,
-  rotation: { tokenHash: string; nextHash: string; now: Date; ttlSeconds: number },
-): Promise<(SessionRow & { refresh_expires_at: Date }) | undefined> {
-  const { tokenHash, nextHash, now, ttlSeconds } = rotation
-  const { rows } = await sql<SessionRow & { refresh_expires_at: Date }>`
-    with claimed as (
+  rotation: {
+    tokenHash: string | null
+    nextHash: string
+    now: Date
+    ttlSeconds: number
+    hits: StatementHits
+  },
+): Promise<{
+  session: (SessionRow & { refresh_expires_at: Date }) | undefined
+  rateCounts: (number | null)[]
+}> {
+  const { tokenHash, nextHash, now, ttlSeconds, hits } = rotation
+  const { rows } = await sql<SessionRow & { refresh_expires_at: Date; rate_counts: (number | null)[] }>`
+    with ${hits.ctes}claimed as (
       update refresh_tokens t set rotated_at = ${now}
       from sessions s
       where t.token_hash = ${tokenHash} and t.rotated_at is null and t.revoked_at is null
         and t.expires_at > ${now} and s.id = t.session_id and s.revoked_at is null and s.expires_at > ${now}
+        and ${hits.within}
       returning s.*, t.id as claimed_token_id,
         least(${now}::timestamptz + make_interval(secs => ${ttlSeconds}), s.expires_at) as refresh_expires_at
     ), ${successorAndTouch('claimed', 'claimed_token_id', nextHash, now)}
-    select * from claimed`.execute(db)
-  return rows[0]
+    select claimed.*, ${hits.counts} as rate_counts from (values (1)) as one left join claimed on true`.execute(
+    db,
+  )
+  const row = rows[0]
+  return { session: row?.id ? row : undefined, rateCounts: row?.rate_counts ?? [] }
 }
 
 /**
@@ -184,27 +201,45 @@ export async function revokeSessions(
   return ids
 }
 
+/** A session as the session list shows it; the times are ISO 8601 text (`toISOString`'s form). */
+export interface ActiveSessionRow {
+  id: string
+  created_at: string
+  last_used_at: string
+  refresh_expires_at: string
+  user_agent: string | null
+  ip_address: string | null
+  sign_in_method: string | null
+}
+
+// Times rendered by PostgreSQL exactly as `Date.prototype.toISOString` renders them (UTC,
+// milliseconds truncated as JavaScript's dates truncate them), since they are only serialised.
+const isoText = (column: string) => `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`
+
+// Built once: the list is read on every GET /api/auth/sessions, and its text never changes.
+const ACTIVE_SESSIONS = `select s.id, ${isoText('s.created_at')} as created_at,
+  ${isoText('s.last_used_at')} as last_used_at, ${isoText('t.expires_at')} as refresh_expires_at,
+  s.user_agent, s.ip_address, s.sign_in_method
+from sessions s join refresh_tokens t on t.session_id = s.id
+where s.user_id = $1 and s.revoked_at is null
+  and t.rotated_at is null and t.revoked_at is null and t.expires_at > $2
+order by s.created_at desc`
+
 /**
  * The user's sessions that can still be refreshed: not revoked and holding an unexpired, unused
  * refresh token. `refresh_expires_at` is when the session ends unless it is refreshed.
  */
-export function listActiveSessions(
+export async function listActiveSessions(
   db: Executor,
   userId: string,
   now: Date,
-): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
-  return db
-    .selectFrom('sessions')
-    .innerJoin('refresh_tokens', 'refresh_tokens.session_id', 'sessions.id')
-    .selectAll('sessions')
-    .select('refresh_tokens.expires_at as refresh_expires_at')
-    .where('sessions.user_id', '=', userId)
-    .where('sessions.revoked_at', 'is', null)
-    .where('refresh_tokens.rotated_at', 'is', null)
-    .where('refresh_tokens.revoked_at', 'is', null)
-    .where('refresh_tokens.expires_at', '>', now)
-    .orderBy('sessions.created_at', 'desc')
-    .execute()
+): Promise<ActiveSessionRow[]> {
+  const query = CompiledQuery.raw(ACTIVE_SESSIONS, [
+    userId,
+    now.toISOString(),
+  ]) as CompiledQuery<ActiveSessionRow>
+  const { rows } = await db.executeQuery(query)
+  return rows
 }
 
 /**

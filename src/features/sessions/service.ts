@@ -6,8 +6,10 @@ import { inTransaction } from '../../db/database.ts'
 import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import type { EventBus } from '../../events.ts'
+import { countInStatement, type Limit } from '../../http/rate-limit.ts'
 import { type AccessTokens, type IssuedToken, newOpaqueToken, sha256 } from '../../security/tokens.ts'
 import {
+  type ActiveSessionRow,
   findRefreshToken,
   findSession,
   insertSessionWithRefreshToken,
@@ -144,23 +146,29 @@ export class SessionService {
   /**
    * Rotates a refresh token. Exactly one of any number of concurrent calls with one token succeeds.
    * A database failure inside the rotation rolls it back and answers 503: the token stays usable.
+   * The route's rate limits (`inStatement`) are counted by the rotation's statement, whatever the
+   * token, and an exceeded one answers 429 RATE_LIMITED with nothing rotated.
    */
-  async refresh(rawToken: string | undefined): Promise<IssuedSession> {
-    if (!rawToken) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
+  async refresh(rawToken: string | undefined, rateLimits: readonly Limit[]): Promise<IssuedSession> {
+    if (!rawToken && rateLimits.length === 0) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
     const { db, clock } = this.#deps
     const now = clock.now()
-    const tokenHash = sha256(rawToken)
+    const tokenHash = rawToken ? sha256(rawToken) : null
     const next = newOpaqueToken()
-    // One statement: claim, successor and touch commit together or not at all.
+    const limits = countInStatement(rateLimits, now)
+    // One statement: hits, claim, successor and touch commit together or not at all.
     const rotated = await unavailableOnFailure(() =>
       rotateRefreshToken(db, {
         tokenHash,
         nextHash: next.hash,
         now,
         ttlSeconds: this.#deps.config.auth.refreshToken.ttl,
+        hits: limits.hits,
       }),
     )
-    if (rotated) return this.#issued(rotated, next.raw, rotated.refresh_expires_at)
+    limits.check(rotated.rateCounts)
+    if (rotated.session) return this.#issued(rotated.session, next.raw, rotated.session.refresh_expires_at)
+    if (tokenHash === null) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
     const graceSeconds = this.#deps.config.auth.refresh.reuseGrace
     // Each lost attempt means a concurrent request rotated first; every one of them succeeds.
     for (let attempt = 0; graceSeconds > 0 && attempt < GRACE_ATTEMPTS; attempt++) {
@@ -259,7 +267,7 @@ export class SessionService {
     })
   }
 
-  list(userId: string): Promise<(SessionRow & { refresh_expires_at: Date })[]> {
+  list(userId: string): Promise<ActiveSessionRow[]> {
     return listActiveSessions(this.#deps.db, userId, this.#deps.clock.now())
   }
 
