@@ -101,6 +101,40 @@ describe('statements per request', () => {
     expect(statements).toBe(1)
   })
 
+  it('creates a purchase request in four statements: the membership, the tuple, the row with the audit lock, the audit event', async () => {
+    const { session } = await newActor(t.app)
+    const { statements, result } = await counted(() =>
+      t.app.inject({
+        method: 'POST',
+        url: '/api/purchase-requests',
+        cookies: { access_token: session.access },
+        payload: { title: 'Counted create' },
+      }),
+    )
+    expect(result.statusCode).toBe(201)
+    expect(statements).toBe(4)
+  })
+
+  it("submits the creator's purchase request in three statements: the read with its check, the move with its history and audit lock, the audit event", async () => {
+    const { session } = await newActor(t.app)
+    const created = await t.app.inject({
+      method: 'POST',
+      url: '/api/purchase-requests',
+      cookies: { access_token: session.access },
+      payload: { title: 'Counted submit' },
+    })
+    expect(created.statusCode).toBe(201)
+    const { statements, result } = await counted(() =>
+      t.app.inject({
+        method: 'POST',
+        url: `/api/purchase-requests/${created.json().id}/submit`,
+        cookies: { access_token: session.access },
+      }),
+    )
+    expect(result.json()).toMatchObject({ status: 'SUBMITTED' })
+    expect(statements).toBe(3)
+  })
+
   it('answers GET /api/auth/me in one statement (the account, its organization and its passkey count)', async () => {
     const { user, session } = await newActor(t.app)
     const { statements, result } = await counted(() =>

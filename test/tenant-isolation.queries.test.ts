@@ -149,7 +149,7 @@ const asPattern = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 function scopedBy(text: string, scopes: string[]): boolean {
   return scopes.some((scope) =>
     new RegExp(
-      `organization_id['"]?\\s*(?::|,\\s*'[^']+'\\s*,)\\s*${asPattern(scope)}\\.organizationId`,
+      `organization_id['"]?\\s*(?::|,\\s*'[^']+'\\s*,|=\\s*\\$\\{)\\s*${asPattern(scope)}\\.organizationId`,
     ).test(text),
   )
 }
@@ -289,6 +289,8 @@ describe('queries of tenant tables', () => {
       }
       export const raw = (db: Executor, tenant: TenantScope) =>
         sql\`select * from purchase_request_events where id = \${tenant.organizationId}\`.execute(db)
+      export const rawScoped = (db: Executor, tenant: TenantScope) =>
+        sql\`select id from purchase_request_events where organization_id = \${tenant.organizationId}\`.execute(db)
       export function scoped(db: Executor, tenant: TenantScope, id: string) {
         return db.selectFrom('files as f').selectAll().where('organization_id', '=', tenant.organizationId).where('id', '=', id)
       }
@@ -301,6 +303,7 @@ describe('queries of tenant tables', () => {
       'bareId',
       'scopeIgnored',
       'raw',
+      'rawScoped',
       'scoped',
       'inserted',
     ])

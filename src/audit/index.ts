@@ -2,7 +2,7 @@
 // hash-chained per organization (src/audit/chain.ts), verified by `npm run cli -- audit verify`.
 export { ChainKeys, type StoredEvent, type Verification } from './chain.ts'
 export { AUDIT_EVENT_TYPES, type AuditEventType } from './event-types.ts'
-export { deleteOldEvents, toStoredEvent } from './repository.ts'
+export { type ChainHeadRow, deleteOldEvents, toStoredEvent } from './repository.ts'
 export {
   type AuditActor,
   type AuditEventInput,
@@ -10,6 +10,7 @@ export {
   AuditTrail,
   type AuditValue,
   actorOf,
+  type LockedHead,
   publicEvent,
   SYSTEM_CHAIN,
   verifyStoredChain,

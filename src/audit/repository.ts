@@ -2,16 +2,29 @@ import { type RawBuilder, type Selectable, sql } from 'kysely'
 import type { AuditEventTable, Executor, Tx } from '../db/schema.ts'
 import { GENESIS_HASH, type StoredEvent } from './chain.ts'
 
+/** A chain's head as the statement that locks it returns it (int8 as text). */
+export type ChainHeadRow = {
+  sequence: string
+  hash: string
+}
+
 /**
- * Locks a chain's head for the rest of the transaction and returns it (a new chain starts at 0 and
- * the genesis hash): one statement, whoever comes second waits for the first to commit.
+ * The statement that locks a chain's head for the rest of the transaction and returns it (a new
+ * chain starts at 0 and the genesis hash): whoever comes second waits for the first to commit. Run
+ * alone (lockChainHead) or as a data-modifying part of a caller's statement, so that the lock costs
+ * no round trip of its own.
  */
-export async function lockChainHead(trx: Tx, chain: string): Promise<{ sequence: number; hash: string }> {
-  const { rows } = await sql<{ sequence: string; hash: string }>`
+export function chainHeadLock(chain: string): RawBuilder<ChainHeadRow> {
+  return sql<ChainHeadRow>`
     insert into audit_chain_heads (chain, sequence, hash) values (${chain}, 0, ${GENESIS_HASH})
     on conflict (chain) do update set chain = excluded.chain
-    returning sequence, hash`.execute(trx)
-  const head = rows[0] as { sequence: string; hash: string }
+    returning sequence, hash`
+}
+
+/** Locks a chain's head for the rest of the transaction and returns it, in one statement. */
+export async function lockChainHead(trx: Tx, chain: string): Promise<{ sequence: number; hash: string }> {
+  const { rows } = await chainHeadLock(chain).execute(trx)
+  const head = rows[0] as ChainHeadRow
   return { sequence: Number(head.sequence), hash: head.hash }
 }
 

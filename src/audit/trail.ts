@@ -13,7 +13,7 @@ import {
   type Verification,
 } from './chain.ts'
 import type { AuditEventType } from './event-types.ts'
-import { appendEvent, chainEvents, lockChainHead } from './repository.ts'
+import { appendEvent, type ChainHeadRow, chainEvents, chainHeadLock, lockChainHead } from './repository.ts'
 
 /** The chain of events that belong to no organization. */
 export const SYSTEM_CHAIN = 'system'
@@ -37,6 +37,22 @@ export interface AuditEventInput {
   subject?: { type: string; id: string } | null
   data?: Record<string, AuditValue>
 }
+
+declare const locked: unique symbol
+
+/**
+ * A chain's head as read by the statement that locked it for the rest of its transaction
+ * (AuditTrail.headLock, then lockedHead): what the next event of that chain is appended after.
+ */
+export interface LockedHead {
+  readonly chain: string
+  readonly sequence: number
+  readonly hash: string
+  readonly [locked]: true
+}
+
+/** The chain of an organization's events; the system chain for none. */
+const chainOf = (organizationId: string | null) => organizationId ?? SYSTEM_CHAIN
 
 /** Who acts: the request's principal, or the system (the CLI, workers, an anonymous caller). */
 export function actorOf(principal: Principal | null | undefined): AuditActor {
@@ -92,8 +108,38 @@ export class AuditTrail {
   }
 
   async record(trx: Tx, input: AuditEventInput): Promise<void> {
-    const chain = input.organizationId ?? SYSTEM_CHAIN
-    const head = await lockChainHead(trx, chain)
+    const chain = chainOf(input.organizationId)
+    await this.#append(trx, input, chain, await lockChainHead(trx, chain))
+  }
+
+  /**
+   * The lock `record` takes on the head of the chain of an organization's events (null: the
+   * system chain), as a part of a caller's own statement (a data-modifying CTE whose row the
+   * statement returns): the caller's first write of a unit of work and the lock in one round trip.
+   * The row goes to `lockedHead`, and the event to `recordLocked` in the same transaction.
+   */
+  headLock(organizationId: string | null): RawBuilder<ChainHeadRow> {
+    return chainHeadLock(chainOf(organizationId))
+  }
+
+  /** The head a statement with `headLock(organizationId)` returned. */
+  lockedHead(organizationId: string | null, row: ChainHeadRow): LockedHead {
+    return { chain: chainOf(organizationId), sequence: Number(row.sequence), hash: row.hash } as LockedHead
+  }
+
+  /** `record`, for a transaction that already holds the lock of the event's chain head. */
+  async recordLocked(trx: Tx, input: AuditEventInput, head: LockedHead): Promise<void> {
+    const chain = chainOf(input.organizationId)
+    if (head.chain !== chain) throw new Error(`the locked head is of chain ${head.chain}, not ${chain}`)
+    await this.#append(trx, input, chain, head)
+  }
+
+  async #append(
+    trx: Tx,
+    input: AuditEventInput,
+    chain: string,
+    head: { sequence: number; hash: string },
+  ): Promise<void> {
     const origin = currentRequestOrigin()
     const event = {
       id: randomUUID(),

@@ -1,14 +1,23 @@
-import type { Selectable } from 'kysely'
+import { type OperationNode, type RawBuilder, type Selectable, sql } from 'kysely'
+import type { ChainHeadRow } from '../../audit/index.ts'
+import type { RowsRead } from '../../authz/tuple-store.ts'
 import type { Executor, Tx } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
-import type { PurchaseRequestEventTable, PurchaseRequestStatus, PurchaseRequestTable } from './tables.ts'
+import type { PurchaseRequestBody } from './schemas.ts'
+import type { PurchaseRequestEventTable, PurchaseRequestStatus } from './tables.ts'
 
 // Purchase requests and their audit rows. Every statement names the tenant's organization: an id
 // alone, even one an authorization tuple relates to the caller, never reaches another
 // organization's row.
 
-export type PurchaseRequestRow = Selectable<PurchaseRequestTable>
 export type PurchaseRequestEventRow = Selectable<PurchaseRequestEventTable>
+
+/**
+ * A purchase request as the API shows it, and as it is read: camelCase, the timestamps as the text
+ * Date.toISOString() writes for them, formatted by the database, so that no Date is parsed and
+ * printed again for a value that is only serialised.
+ */
+export type PurchaseRequestView = PurchaseRequestBody
 
 /** A position in the list's order (created_at desc, id desc): the last row of a page. */
 export interface PageKey {
@@ -16,33 +25,88 @@ export interface PageKey {
   id: string
 }
 
-export function insertPurchaseRequest(
+/**
+ * A timestamptz column as Date.toISOString() writes it: UTC, to the millisecond, the microseconds
+ * cut off (to_char's MS truncates, as pg does when it parses the value into a Date).
+ */
+const isoText = (column: string) =>
+  sql.raw(`to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`)
+
+/** The select list of a PurchaseRequestView. */
+const VIEW_COLUMNS = sql`id, organization_id as "organizationId", created_by as "createdBy", title, status, ${isoText('created_at')} as "createdAt", ${isoText('updated_at')} as "updatedAt"`
+
+const NOTHING = sql``
+
+/**
+ * A select written as SQL text with parameters (no query builder built and compiled per request;
+ * its text is the same on every call, so the connection keeps it prepared), run alone or composed
+ * as a subquery into the statement of a permission check (RowsRead).
+ */
+class SqlRead<Row> implements RowsRead<Row> {
+  readonly #db: Executor
+  readonly #query: RawBuilder<Row>
+
+  constructor(db: Executor, query: RawBuilder<Row>) {
+    this.#db = db
+    this.#query = query
+  }
+
+  get expressionType(): Row | undefined {
+    return undefined
+  }
+
+  // biome-ignore lint/suspicious/noExplicitAny: forwards both of AliasableExpression's overloads
+  as(alias: any): any {
+    return sql<Row>`(${this.#query})`.as(alias)
+  }
+
+  toOperationNode(): OperationNode {
+    return this.#query.toOperationNode()
+  }
+
+  async execute(): Promise<Row[]> {
+    return (await this.#query.execute(this.#db)).rows
+  }
+}
+
+/**
+ * Inserts a purchase request and takes `lock` (the audit chain head's lock, a data-modifying part
+ * returning one row) in the same statement; answers the lock's row.
+ */
+export async function insertPurchaseRequestLocking(
   trx: Tx,
   tenant: TenantScope,
   values: { id: string; createdBy: string; title: string; status: PurchaseRequestStatus; now: Date },
-): Promise<PurchaseRequestRow> {
+  lock: RawBuilder<ChainHeadRow>,
+): Promise<ChainHeadRow> {
   return trx
-    .insertInto('purchase_requests')
-    .values({
-      id: values.id,
-      organization_id: tenant.organizationId,
-      created_by: values.createdBy,
-      title: values.title,
-      status: values.status,
-      created_at: values.now,
-      updated_at: values.now,
-    })
-    .returningAll()
+    .with('head', () => sql<ChainHeadRow>`(${lock})`)
+    .with('created', (db) =>
+      db.insertInto('purchase_requests').values({
+        id: values.id,
+        organization_id: tenant.organizationId,
+        created_by: values.createdBy,
+        title: values.title,
+        status: values.status,
+        created_at: values.now,
+        updated_at: values.now,
+      }),
+    )
+    .selectFrom('head')
+    .select(['sequence', 'hash'])
     .executeTakeFirstOrThrow()
 }
 
 /** The select of one of the organization's purchase requests, run alone or along with a permission check. */
-export function purchaseRequestQuery(db: Executor, tenant: TenantScope, id: string) {
-  return db
-    .selectFrom('purchase_requests')
-    .selectAll()
-    .where('organization_id', '=', tenant.organizationId)
-    .where('id', '=', id)
+export function purchaseRequestQuery(
+  db: Executor,
+  tenant: TenantScope,
+  id: string,
+): RowsRead<PurchaseRequestView> {
+  return new SqlRead(
+    db,
+    sql<PurchaseRequestView>`select ${VIEW_COLUMNS} from purchase_requests where organization_id = ${tenant.organizationId} and id = ${id}`,
+  )
 }
 
 /**
@@ -61,35 +125,36 @@ export async function purchaseRequestExistsOutside(
 }
 
 /**
- * Moves a request from one status to another, guarded on the current status: of concurrent
- * movers exactly one gets the row back.
+ * Moves a request from one status to another, guarded on the current status (of concurrent movers
+ * exactly one gets the row back), adds the move to its history and takes `lock` (the audit chain
+ * head's lock, a data-modifying part returning one row), in one statement. `moved` is undefined
+ * when the status had already moved; the lock is taken either way.
  */
-export function updatePurchaseRequestStatus(
+export async function movePurchaseRequestLocking(
   trx: Tx,
   tenant: TenantScope,
-  where: { id: string; from: PurchaseRequestStatus },
-  to: PurchaseRequestStatus,
-  now: Date,
-): Promise<PurchaseRequestRow | undefined> {
-  return trx
-    .updateTable('purchase_requests')
-    .set({ status: to, updated_at: now })
-    .where('organization_id', '=', tenant.organizationId)
-    .where('id', '=', where.id)
-    .where('status', '=', where.from)
-    .returningAll()
-    .executeTakeFirst()
-}
-
-export async function insertPurchaseRequestEvent(
-  trx: Tx,
-  tenant: TenantScope,
-  values: Omit<PurchaseRequestEventRow, 'id' | 'organization_id'>,
-): Promise<void> {
-  await trx
-    .insertInto('purchase_request_events')
-    .values({ ...values, organization_id: tenant.organizationId })
-    .execute()
+  move: {
+    id: string
+    from: PurchaseRequestStatus
+    to: PurchaseRequestStatus
+    action: string
+    actorId: string
+    now: Date
+  },
+  lock: RawBuilder<ChainHeadRow>,
+): Promise<{ moved: PurchaseRequestView | undefined; head: ChainHeadRow }> {
+  const { rows } = await sql<ChainHeadRow & { moved: PurchaseRequestView | null }>`
+    with head as (${lock}), moved as (
+      update purchase_requests set status = ${move.to}, updated_at = ${move.now}
+      where organization_id = ${tenant.organizationId} and id = ${move.id} and status = ${move.from}
+      returning ${VIEW_COLUMNS}
+    ), recorded as (
+      insert into purchase_request_events (organization_id, purchase_request_id, action, from_status, to_status, actor_id, occurred_at)
+      select "organizationId", id, ${move.action}, ${move.from}, ${move.to}, ${move.actorId}, ${move.now} from moved
+    )
+    select head.sequence, head.hash, (select row_to_json(moved) from moved) as moved from head`.execute(trx)
+  const { moved, ...head } = rows[0] as ChainHeadRow & { moved: PurchaseRequestView | null }
+  return { moved: moved ?? undefined, head }
 }
 
 /**
@@ -101,17 +166,14 @@ export function purchaseRequestsQuery(
   db: Executor,
   tenant: TenantScope,
   options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
-) {
-  let query = db
-    .selectFrom('purchase_requests')
-    .selectAll()
-    .where('organization_id', '=', tenant.organizationId)
-  if (options.status) query = query.where('status', '=', options.status)
-  if (options.after) {
-    const { createdAt, id } = options.after
-    query = query.where((eb) => eb(eb.refTuple('created_at', 'id'), '<', eb.tuple(createdAt, id)))
-  }
-  return query.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(options.limit)
+): RowsRead<PurchaseRequestView> {
+  const { status, after, limit } = options
+  const ofStatus = status ? sql` and status = ${status}` : NOTHING
+  const afterKey = after ? sql` and (created_at, id) < (${after.createdAt}, ${after.id})` : NOTHING
+  return new SqlRead(
+    db,
+    sql<PurchaseRequestView>`select ${VIEW_COLUMNS} from purchase_requests where organization_id = ${tenant.organizationId}${ofStatus}${afterKey} order by created_at desc, id desc limit ${limit}`,
+  )
 }
 
 export function listPurchaseRequestEvents(

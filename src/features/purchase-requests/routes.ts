@@ -7,30 +7,16 @@ import { idempotentCreate } from '../../http/idempotency.ts'
 import { decodeKeysetCursor, encodeKeysetCursor } from '../../http/keyset-cursor.ts'
 import { requirePrincipal } from '../../principal.ts'
 import { FileRecord, fileLocation, toFileRecord } from '../files/index.ts'
-import type { PurchaseRequestEventRow, PurchaseRequestRow } from './repository.ts'
+import type { PurchaseRequestEventRow, PurchaseRequestView } from './repository.ts'
 import {
   CreatePurchaseRequest,
   History,
   HistoryEntry,
   ListQuery,
   PurchaseRequest,
-  type PurchaseRequestBody,
   PurchaseRequestPage,
   PurchaseRequestParams,
 } from './schemas.ts'
-
-/** The one mapping from the table's row to the API's shape. */
-export function toPurchaseRequest(row: PurchaseRequestRow): PurchaseRequestBody {
-  return {
-    id: row.id,
-    organizationId: row.organization_id,
-    createdBy: row.created_by,
-    title: row.title,
-    status: row.status,
-    createdAt: row.created_at.toISOString(),
-    updatedAt: row.updated_at.toISOString(),
-  }
-}
 
 const toHistoryEntry = (row: PurchaseRequestEventRow) => ({
   action: row.action,
@@ -64,10 +50,10 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      const answer = (row: PurchaseRequestRow) => ({
+      const answer = (created: PurchaseRequestView) => ({
         status: 201,
-        location: `/api/purchase-requests/${row.id}`,
-        body: toPurchaseRequest(row),
+        location: `/api/purchase-requests/${created.id}`,
+        body: created,
       })
       return idempotentCreate(request, reply, answer, (along) =>
         service.create(requirePrincipal(request), request.body, along),
@@ -95,7 +81,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
         after: cursor ? decodeKeysetCursor(cursor) : undefined,
       })
       return {
-        items: page.items.map(toPurchaseRequest),
+        items: page.items,
         nextCursor: page.next ? encodeKeysetCursor(page.next) : null,
       }
     },
@@ -113,7 +99,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
         response: { 200: PurchaseRequest, ...problemResponses(401, 403, 404) },
       },
     },
-    async (request) => toPurchaseRequest(await service.get(requirePrincipal(request), request.params.id)),
+    async (request) => service.get(requirePrincipal(request), request.params.id),
   )
 
   app.get(
@@ -174,8 +160,7 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
           response: one,
         },
       },
-      async (request) =>
-        toPurchaseRequest(await service.transition(requirePrincipal(request), request.params.id, action)),
+      async (request) => service.transition(requirePrincipal(request), request.params.id, action),
     )
   }
 }

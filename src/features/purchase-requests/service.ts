@@ -14,16 +14,15 @@ import { findAccountsOfOrganization } from '../accounts/index.ts'
 import type { FileRow, FileService } from '../files/index.ts'
 import { REPORT_CONTENT_TYPE, renderPurchaseRequestReport, reportFileName } from './report.ts'
 import {
-  insertPurchaseRequest,
-  insertPurchaseRequestEvent,
+  insertPurchaseRequestLocking,
   listPurchaseRequestEvents,
+  movePurchaseRequestLocking,
   type PageKey,
   type PurchaseRequestEventRow,
-  type PurchaseRequestRow,
+  type PurchaseRequestView,
   purchaseRequestExistsOutside,
   purchaseRequestQuery,
   purchaseRequestsQuery,
-  updatePurchaseRequestStatus,
 } from './repository.ts'
 import {
   INITIAL_STATUS,
@@ -93,13 +92,13 @@ export class PurchaseRequests {
     this.#deps = deps
   }
 
-  /** `along` runs in the create's transaction with the new row. */
+  /** `along` runs in the create's transaction with the new request. */
   async create(
     principal: Principal,
     input: { title: string },
-    along?: AlongWith<PurchaseRequestRow>,
-  ): Promise<PurchaseRequestRow> {
-    const { db, clock, permissions } = this.#deps
+    along?: AlongWith<PurchaseRequestView>,
+  ): Promise<PurchaseRequestView> {
+    const { db, clock, permissions, audit } = this.#deps
     const tenant = tenantScope()
     const title = input.title.trim()
     // Characters, not UTF-16 units, as the schema and the database count them; no control characters.
@@ -118,14 +117,18 @@ export class PurchaseRequests {
     }
     await permissions.require(principal, 'member', `organization:${tenant.organizationId}`)
     const now = clock.now()
-    const created = await inTransaction(db, async (trx) => {
-      const row = await insertPurchaseRequest(trx, tenant, {
-        id: randomUUID(),
-        createdBy: principal.id,
-        title,
-        status: INITIAL_STATUS,
-        now,
-      })
+    const at = now.toISOString()
+    // What the insert writes is what the answer shows: nothing to read back.
+    const created: PurchaseRequestView = {
+      id: randomUUID(),
+      organizationId: tenant.organizationId,
+      createdBy: principal.id,
+      title,
+      status: INITIAL_STATUS,
+      createdAt: at,
+      updatedAt: at,
+    }
+    await inTransaction(db, async (trx) => {
       // Without this tuple not even the creator could read the request.
       await this.#deps.tuples.record(
         trx,
@@ -134,19 +137,30 @@ export class PurchaseRequests {
             operation: 'write',
             subject: `organization:${tenant.organizationId}`,
             relation: 'owner_organization',
-            object: objectOf(row.id),
+            object: objectOf(created.id),
           },
         ],
         now,
       )
-      await this.#deps.audit.record(trx, {
-        type: 'purchase_request.created',
-        organizationId: tenant.organizationId,
-        actor: actorOf(principal),
-        subject: { type: 'purchase_request', id: row.id },
-      })
-      await along?.(trx, row)
-      return row
+      // The row and the audit chain's lock in one statement, after the tuples: the chain of the
+      // organization stays locked only for the event's append and the commit, as with record().
+      const head = await insertPurchaseRequestLocking(
+        trx,
+        tenant,
+        { id: created.id, createdBy: principal.id, title, status: INITIAL_STATUS, now },
+        audit.headLock(tenant.organizationId),
+      )
+      await audit.recordLocked(
+        trx,
+        {
+          type: 'purchase_request.created',
+          organizationId: tenant.organizationId,
+          actor: actorOf(principal),
+          subject: { type: 'purchase_request', id: created.id },
+        },
+        audit.lockedHead(tenant.organizationId, head),
+      )
+      await along?.(trx, created)
     })
     await this.#deps.tuples.deliver()
     return created
@@ -157,7 +171,7 @@ export class PurchaseRequests {
    * ACCESS_DENIED without `can_view`, and for another organization's request whatever the tuples
    * say (it is never read).
    */
-  async get(principal: Principal, id: string): Promise<PurchaseRequestRow> {
+  async get(principal: Principal, id: string): Promise<PurchaseRequestView> {
     const { db, permissions } = this.#deps
     const tenant = currentTenantScope()
     // The row and the permission in one round trip with the embedded evaluator.
@@ -183,7 +197,7 @@ export class PurchaseRequests {
   async list(
     principal: Principal,
     options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
-  ): Promise<{ items: PurchaseRequestRow[]; next: PageKey | null }> {
+  ): Promise<{ items: PurchaseRequestView[]; next: PageKey | null }> {
     const { db, permissions } = this.#deps
     const tenant = tenantScope()
     // The page and the membership in one round trip with the embedded evaluator. One row more than
@@ -200,7 +214,8 @@ export class PurchaseRequests {
     const last = items.at(-1)
     return {
       items,
-      next: rows.length > options.limit && last ? { createdAt: last.created_at, id: last.id } : null,
+      // The cursor's time is the text's millisecond, as it was the Date's.
+      next: rows.length > options.limit && last ? { createdAt: new Date(last.createdAt), id: last.id } : null,
     }
   }
 
@@ -225,15 +240,15 @@ export class PurchaseRequests {
       listPurchaseRequestEvents(db, tenant, id),
       files.listOfCheckedResource('purchase_request', id),
     ])
-    const names = await this.#displayNames(tenant, [row.created_by, ...events.map((event) => event.actor_id)])
+    const names = await this.#displayNames(tenant, [row.createdBy, ...events.map((event) => event.actor_id)])
     const name = (principalId: string) => names.get(principalId) ?? principalId
     const bytes = await renderPurchaseRequestReport({
       id: row.id,
       title: row.title,
       status: row.status,
-      creator: name(row.created_by),
-      createdAt: row.created_at,
-      updatedAt: row.updated_at,
+      creator: name(row.createdBy),
+      createdAt: new Date(row.createdAt),
+      updatedAt: new Date(row.updatedAt),
       history: events.map((event) => ({
         action: event.action,
         fromStatus: event.from_status,
@@ -268,12 +283,12 @@ export class PurchaseRequests {
     principal: Principal,
     id: string,
     action: PurchaseRequestAction,
-  ): Promise<PurchaseRequestRow> {
-    const { db, clock, permissions } = this.#deps
+  ): Promise<PurchaseRequestView> {
+    const { db, clock, permissions, audit } = this.#deps
     const current = await this.get(principal, id)
     const tenant = tenantScope()
     const mayAct =
-      (action === 'submit' && current.created_by === principal.id) ||
+      (action === 'submit' && current.createdBy === principal.id) ||
       (await permissions.check(principal, 'can_edit', objectOf(id)))
     if (!mayAct) throw new AppError('ACCESS_DENIED', `You may not ${action} this purchase request`)
     const invalid = () =>
@@ -285,26 +300,28 @@ export class PurchaseRequests {
     if (!to) throw invalid()
     const now = clock.now()
     return inTransaction(db, async (trx) => {
-      const moved = await updatePurchaseRequestStatus(trx, tenant, { id, from: current.status }, to, now)
+      // The move, its history row and the audit chain's lock in one statement.
+      const { moved, head } = await movePurchaseRequestLocking(
+        trx,
+        tenant,
+        { id, from: current.status, to, action, actorId: principal.id, now },
+        audit.headLock(tenant.organizationId),
+      )
       if (!moved) throw invalid()
-      await insertPurchaseRequestEvent(trx, tenant, {
-        purchase_request_id: id,
-        action,
-        from_status: current.status,
-        to_status: to,
-        actor_id: principal.id,
-        occurred_at: now,
-      })
-      await this.#deps.audit.record(trx, {
-        type: `purchase_request.${DONE[action]}`,
-        organizationId: tenant.organizationId,
-        actor: actorOf(principal),
-        subject: { type: 'purchase_request', id },
-        data: { from: current.status, to },
-      })
+      await audit.recordLocked(
+        trx,
+        {
+          type: `purchase_request.${DONE[action]}`,
+          organizationId: tenant.organizationId,
+          actor: actorOf(principal),
+          subject: { type: 'purchase_request', id },
+          data: { from: current.status, to },
+        },
+        audit.lockedHead(tenant.organizationId, head),
+      )
       if (action === 'approve') {
         // The creator is emailed when they are a platform account (an API key has no mailbox).
-        const [creator] = await findAccountsOfOrganization(trx, tenant, [moved.created_by])
+        const [creator] = await findAccountsOfOrganization(trx, tenant, [moved.createdBy])
         if (creator) {
           await enqueueMail(
             trx,
