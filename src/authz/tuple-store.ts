@@ -4,7 +4,8 @@ import type { AuthzOutboxTable, Executor } from '../db/schema.ts'
 // The relationship tuples of the embedded authorization evaluator. Every lookup takes a list of
 // object ids, so that the evaluator can answer many objects' questions with one query. Lists travel
 // as one array parameter each (`= any($1::text[])`, `unnest`), never as one parameter per value, so
-// that no list length reaches PostgreSQL's parameter limit.
+// that no list length reaches PostgreSQL's parameter limit; a lookup's list of one to SHORT_LIST
+// values, the common case, goes as that many parameters instead (see oneOf).
 
 export interface TupleRow {
   object_type: string
@@ -121,6 +122,23 @@ export async function findTuplesForLookups(
   return rows.map((row) => ({ ...row, lookup: Number(row.lookup) }))
 }
 
+/** The longest list a lookup sends as one parameter per value (see oneOf). */
+const SHORT_LIST = 4
+
+/**
+ * `column` equal to one of `values`. A short list is written with one parameter per value
+ * (`= $1`, `in ($1, $2)`), a longer one as an array parameter (`= any($1::text[])`). The statement
+ * is prepared once per connection (src/db/database.ts), and PostgreSQL then plans it once
+ * (a generic plan) only when that plan's estimate is close to the plans it makes for the values:
+ * for an array parameter it assumes ten elements where a check sends one or two, so it planned
+ * the statement again on every execution, which cost it more than running it.
+ */
+function oneOf(column: RawBuilder<unknown>, values: readonly string[]): RawBuilder<unknown> {
+  if (values.length === 1) return sql`${column} = ${values[0]}`
+  if (values.length <= SHORT_LIST) return sql`${column} in (${sql.join(values)})`
+  return sql`${column} = any(${values}::text[])`
+}
+
 const LOOKUP_COLUMNS = sql`"object_id", "subject_type", "subject_id", "subject_relation"`
 const NOT_PREFETCHED = sql`null::text as "prefetched_type", null::text as "prefetched_relation"`
 const UNION_ALL = sql` union all `
@@ -136,7 +154,7 @@ function lookupsQuery(lookups: readonly TupleLookup[]): RawBuilder<LookupRow> | 
   lookups.forEach((lookup, index) => {
     const tag = sql.lit(index)
     const onObjects = (alias: RawBuilder<unknown>) =>
-      sql`${alias}"object_type" = ${lookup.objectType} and ${alias}"object_id" = any(${lookup.objectIds}::text[]) and ${alias}"relation" = ${lookup.relation}`
+      sql`${alias}"object_type" = ${lookup.objectType} and ${oneOf(sql`${alias}"object_id"`, lookup.objectIds)} and ${alias}"relation" = ${lookup.relation}`
     const tuplesOf = (condition: RawBuilder<unknown>) =>
       sql`select ${LOOKUP_COLUMNS}, ${tag} as "lookup", ${NOT_PREFETCHED} from "authz_tuples" where ${onObjects(NO_ALIAS)} and ${condition}`
     if (lookup.kind === 'parents') {
@@ -144,7 +162,7 @@ function lookupsQuery(lookups: readonly TupleLookup[]): RawBuilder<LookupRow> | 
       const subject = lookup.prefetchFor
       if (subject) {
         parts.push(
-          sql`select "m"."object_id", "m"."subject_type", "m"."subject_id", "m"."subject_relation", ${tag} as "lookup", "m"."object_type" as "prefetched_type", "m"."relation" as "prefetched_relation" from "authz_tuples" as "p" inner join "authz_tuples" as "m" on "m"."object_type" = "p"."subject_type" and "m"."object_id" = "p"."subject_id" where ${onObjects(PARENT)} and "p"."subject_relation" = ${''} and "m"."subject_type" = ${subject.type} and "m"."subject_id" = any(${subject.ids}::text[]) and "m"."subject_relation" = ${subject.relation}`,
+          sql`select "m"."object_id", "m"."subject_type", "m"."subject_id", "m"."subject_relation", ${tag} as "lookup", "m"."object_type" as "prefetched_type", "m"."relation" as "prefetched_relation" from "authz_tuples" as "p" inner join "authz_tuples" as "m" on "m"."object_type" = "p"."subject_type" and "m"."object_id" = "p"."subject_id" where ${onObjects(PARENT)} and "p"."subject_relation" = ${''} and "m"."subject_type" = ${subject.type} and ${oneOf(M_SUBJECT_ID, subject.ids)} and "m"."subject_relation" = ${subject.relation}`,
         )
       }
       return
@@ -153,7 +171,7 @@ function lookupsQuery(lookups: readonly TupleLookup[]): RawBuilder<LookupRow> | 
     if (subject) {
       parts.push(
         tuplesOf(
-          sql`"subject_type" = ${subject.type} and "subject_id" = any(${subject.ids}::text[]) and "subject_relation" = ${subject.relation}`,
+          sql`"subject_type" = ${subject.type} and ${oneOf(SUBJECT_ID, subject.ids)} and "subject_relation" = ${subject.relation}`,
         ),
       )
     }
@@ -168,6 +186,8 @@ function lookupsQuery(lookups: readonly TupleLookup[]): RawBuilder<LookupRow> | 
 
 const NO_ALIAS = sql``
 const PARENT = sql`"p".`
+const SUBJECT_ID = sql`"subject_id"`
+const M_SUBJECT_ID = sql`"m"."subject_id"`
 
 /**
  * A read and the tuples of lookups, in one statement: the read's rows (numbered as they come out
