@@ -38,9 +38,12 @@ import { enqueueTupleChanges, outboxRowsOf, type TupleRecorder } from './tuples.
 // Queries: a check walks the rewrite of object#relation. Each direct lookup asks only for the tuples
 // that can matter to the user (the user itself, its type's wildcard, and the userset tuples to
 // follow), each tuple-to-userset lookup for the parent objects; every lookup of one (object,
-// relation) is made once per check, and lookups asked in the same tick are merged into one query
-// per (type, relation). Unions stop at the first allow, intersections at the first deny,
-// exclusions skip the subtraction when the base denies.
+// relation) is made once per check. The walk is synchronous, over the model compiled into plans
+// (src/authz/relation-plans.ts): a branch whose lookup is not loaded yet answers pending and the
+// others go on, then every lookup the walk asked for is loaded in one statement (one part per
+// (type, relation) with all its object ids) and the walk starts again, keeping what it settled.
+// Unions stop at the first allow, intersections at the first deny, exclusions skip the subtraction
+// when the base denies; branches are walked in their order.
 //
 // Depth and cycles, as OpenFGA: a check that follows more than 25 nested usersets and parents (a
 // computed userset does not count) fails (OpenFGA answers `authorization_model_resolution_too_complex`;
