@@ -1,7 +1,7 @@
 import { type Kysely, sql } from 'kysely'
 import { inTransaction, isDataException } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
-import type { ModelIndex, RelationReference, Userset } from './model.ts'
+import type { ModelIndex, RelationReference } from './model.ts'
 import {
   type AuthorizationPort,
   AuthorizationRequestError,
@@ -9,6 +9,12 @@ import {
   type CheckRequest,
   type TupleKey,
 } from './port.ts'
+import {
+  compileRelationPlans,
+  type PlanNode,
+  type RelationPlan,
+  type RelationPlans,
+} from './relation-plans.ts'
 import {
   deleteTuples,
   findTuplesForLookups,
@@ -32,9 +38,12 @@ import { enqueueTupleChanges, outboxRowsOf, type TupleRecorder } from './tuples.
 // Queries: a check walks the rewrite of object#relation. Each direct lookup asks only for the tuples
 // that can matter to the user (the user itself, its type's wildcard, and the userset tuples to
 // follow), each tuple-to-userset lookup for the parent objects; every lookup of one (object,
-// relation) is made once per check, and lookups asked in the same tick are merged into one query
-// per (type, relation). Unions stop at the first allow, intersections at the first deny,
-// exclusions skip the subtraction when the base denies.
+// relation) is made once per check. The walk is synchronous, over the model compiled into plans
+// (src/authz/relation-plans.ts): a branch whose lookup is not loaded yet answers pending and the
+// others go on, then every lookup the walk asked for is loaded in one statement (one part per
+// (type, relation) with all its object ids) and the walk starts again, keeping what it settled.
+// Unions stop at the first allow, intersections at the first deny, exclusions skip the subtraction
+// when the base denies; branches are walked in their order.
 //
 // Depth and cycles, as OpenFGA: a check that follows more than 25 nested usersets and parents (a
 // computed userset does not count) fails (OpenFGA answers `authorization_model_resolution_too_complex`;
@@ -182,389 +191,411 @@ function describeTypes(types: RelationReference[]): string {
     .join(', ')
 }
 
-const isDepthExceeded = (error: unknown) => error instanceof ResolutionDepthExceededError
+/**
+ * What a branch answers while a lookup it needs is not loaded yet: the driver (Resolution.check)
+ * loads every lookup the walk asked for in one statement and walks again.
+ */
+const PENDING: Outcome = { allowed: false, cycleAt: Number.POSITIVE_INFINITY, cycle: false }
+/** The branch followed more than MAX_RESOLUTION_DEPTH usersets and parents. */
+const TOO_DEEP: Outcome = { allowed: false, cycleAt: Number.POSITIVE_INFINITY, cycle: false }
+
+/** A lookup's subject: the user's own tuples to look for (its id and/or '*'). */
+interface LookupSubject {
+  type: string
+  ids: string[]
+  relation: string
+}
 
 /**
- * The branches of a rewrite, evaluated together so that their lookups share a round trip; each gets
- * its own copy of the resolution path (they are separate descents, not one).
+ * A lookup of a check (its user fixed): what it asks of one type#relation, and the rows it has
+ * loaded by object id, each object asked once.
  */
-function together(
-  branches: Array<(path: Map<string, number>) => Promise<Outcome>>,
-  path: Map<string, number>,
-): Array<() => Promise<Outcome>> {
-  const started = branches.map((branch) => branch(new Map(path)))
-  // Settled here so that a branch failing before the others are awaited is not an unhandled rejection.
-  for (const promise of started) promise.catch(() => undefined)
-  return started.map((promise) => () => promise)
-}
-
-/** Union: allowed as soon as one branch allows; a depth error only counts when nothing allows. */
-async function anyOf(branches: Array<() => Promise<Outcome>>): Promise<Outcome> {
-  let cycleAt = Number.POSITIVE_INFINITY
-  let cycle = false
-  let failure: unknown
-  for (const branch of branches) {
-    try {
-      const outcome = await branch()
-      if (outcome.allowed) return ALLOWED
-      cycleAt = Math.min(cycleAt, outcome.cycleAt)
-      cycle ||= outcome.cycle
-    } catch (error) {
-      if (!isDepthExceeded(error)) throw error
-      failure ??= error
-    }
-  }
-  if (failure) throw failure
-  return { allowed: false, cycleAt, cycle }
-}
-
-/** Intersection: denied as soon as one branch denies; a depth error only counts when nothing denies. */
-async function allOf(branches: Array<() => Promise<Outcome>>): Promise<Outcome> {
-  let failure: unknown
-  for (const branch of branches) {
-    try {
-      const outcome = await branch()
-      if (!outcome.allowed) return outcome
-    } catch (error) {
-      if (!isDepthExceeded(error)) throw error
-      failure ??= error
-    }
-  }
-  if (failure) throw failure
-  return ALLOWED
-}
-
-/** Exclusion: the subtraction is only evaluated when the base allows (or could not be resolved). */
-async function butNot(base: () => Promise<Outcome>, subtract: () => Promise<Outcome>): Promise<Outcome> {
-  let failure: unknown
-  let included: Outcome | undefined
-  try {
-    included = await base()
-    if (!included.allowed) return included
-  } catch (error) {
-    if (!isDepthExceeded(error)) throw error
-    failure = error
-  }
-  const excluded = await subtract()
-  if (excluded.allowed) return DENIED
-  if (failure) throw failure
-  // A subtraction that met a cycle proves nothing: deny rather than allow.
-  if (excluded.cycle) return { allowed: false, cycleAt: excluded.cycleAt, cycle: true }
-  return included ?? DENIED
-}
-
-interface DirectLookup {
-  kind: 'direct'
+interface Lookup {
+  kind: 'direct' | 'parents'
   objectType: string
   relation: string
-  /** The user's own tuples to look for (its id and/or '*'); null when the model admits neither. */
-  subject: { type: string; ids: string[]; relation: string } | null
-  /** Whether to fetch the userset tuples, to follow them. */
+  /** direct: the user's own tuples to look for; null when the model admits neither its id nor '*'. */
+  subject: LookupSubject | null
+  /** direct: whether to fetch the userset tuples, to follow them. */
   usersets: boolean
+  /** parents: the user's forms whose tuples on the parents are fetched along with them. */
+  prefetchFor: LookupSubject | undefined
+  loaded: Map<string, SubjectRow[]>
+  /** Object ids asked for and not loaded yet. */
+  queued: string[]
 }
 
-type Lookup =
-  | DirectLookup
-  | {
-      kind: 'parents'
-      objectType: string
-      relation: string
-      prefetchFor?: { type: string; ids: string[]; relation: string }
-    }
-
-/** The key of the tuples naming one user (`type:id#relation`) on one object (`type:id`). */
-const prefetchKey = (object: string, user: { type: string; id: string; relation: string }) =>
-  `${object} ${user.type}:${user.id}#${user.relation}`
-
-interface QueuedLookup {
-  lookup: Lookup
-  waiting: Map<string, PromiseWithResolvers<SubjectRow[]>>
-}
+type PrefetchedRow = SubjectRow & { relation: string }
 
 /**
- * The tuple lookups of one check: each (lookup, object) is queried once, and lookups asked in the
- * same tick (a rewrite's branches) are merged into one query per lookup with all their object ids.
+ * The tuple lookups of one check: each (lookup, object) is queried once, and the lookups a walk
+ * asks for are loaded together, in one query with one part per lookup and all its object ids.
  */
 class TupleLoader {
   readonly #query: (lookups: TupleLookup[]) => Promise<LookupRow[]>
-  readonly #loaded = new Map<string, Promise<SubjectRow[]>>()
-  /** By parent object and user (prefetchKey): every tuple on it naming the user, whatever the relation. */
-  readonly #prefetched = new Map<string, Array<SubjectRow & { relation: string }>>()
-  #queued = new Map<string, QueuedLookup>()
+  /** By parent type, then id: every tuple on it naming the user, whatever the relation. */
+  readonly #prefetched = new Map<string, Map<string, PrefetchedRow[]>>()
+  #queued: Lookup[] = []
 
   /** `query`: what a round of lookups asks the database (findTuplesForLookups, or a read along with it). */
   constructor(query: (lookups: TupleLookup[]) => Promise<LookupRow[]>) {
     this.#query = query
   }
 
-  load(lookup: Lookup, objectId: string): Promise<SubjectRow[]> {
-    const lookupKey = JSON.stringify(lookup)
-    const key = `${lookupKey} ${objectId}`
-    const loaded = this.#loaded.get(key)
+  /** The rows of `lookup` on `objectId`, or undefined after queueing it for the next round. */
+  rows(lookup: Lookup, objectId: string): SubjectRow[] | undefined {
+    const loaded = lookup.loaded.get(objectId)
     if (loaded) return loaded
     const prefetched = this.#fromPrefetched(lookup, objectId)
     if (prefetched) {
-      this.#loaded.set(key, prefetched)
+      lookup.loaded.set(objectId, prefetched)
       return prefetched
     }
-    if (this.#queued.size === 0) {
-      // After the microtasks already queued have run: the other branches of this round queue theirs.
-      void Promise.resolve().then(() => process.nextTick(() => void this.#flush()))
-    }
-    let queued = this.#queued.get(lookupKey)
-    if (!queued) {
-      queued = { lookup, waiting: new Map() }
-      this.#queued.set(lookupKey, queued)
-    }
-    const pending = Promise.withResolvers<SubjectRow[]>()
-    queued.waiting.set(objectId, pending)
-    this.#loaded.set(key, pending.promise)
-    return pending.promise
+    if (lookup.queued.length === 0) this.#queued.push(lookup)
+    if (!lookup.queued.includes(objectId)) lookup.queued.push(objectId)
+    return undefined
+  }
+
+  get waiting(): boolean {
+    return this.#queued.length > 0
   }
 
   /**
    * A direct lookup that only asks for the user's own tuples (no usersets to follow) on an object
    * whose tuples naming the user were fetched with its parent: answered without a query.
    */
-  #fromPrefetched(lookup: Lookup, objectId: string): Promise<SubjectRow[]> | undefined {
-    if (lookup.kind !== 'direct' || lookup.usersets || !lookup.subject) return undefined
+  #fromPrefetched(lookup: Lookup, objectId: string): SubjectRow[] | undefined {
     const subject = lookup.subject
+    if (lookup.kind !== 'direct' || lookup.usersets || !subject) return undefined
     // The user's own id comes first when the relation admits it; a wildcard-only lookup is asked.
-    const userId = subject.ids[0]
-    if (userId === undefined || userId === '*') return undefined
-    const found = this.#prefetched.get(
-      prefetchKey(`${lookup.objectType}:${objectId}`, {
-        type: subject.type,
-        id: userId,
-        relation: subject.relation,
-      }),
-    )
+    if (subject.ids[0] === '*') return undefined
+    const found = this.#prefetched.get(lookup.objectType)?.get(objectId)
     if (!found) return undefined
-    return Promise.resolve(
-      found.filter((row) => row.relation === lookup.relation && subject.ids.includes(row.subject_id)),
-    )
+    return found.filter((row) => row.relation === lookup.relation && subject.ids.includes(row.subject_id))
   }
 
-  async #flush(): Promise<void> {
-    const queued = [...this.#queued.values()]
-    this.#queued = new Map()
-    try {
-      const rows = await this.#query(
-        queued.map(({ lookup, waiting }) => ({ ...lookup, objectIds: [...waiting.keys()] })),
-      )
-      // Parents first (each known, if only to have no tuple naming the user), then what names the user.
-      const userOf = (row: LookupRow) => {
-        const { lookup } = queued[row.lookup] as QueuedLookup
-        const user = lookup.kind === 'parents' ? lookup.prefetchFor : undefined
-        return user ? { type: user.type, id: user.ids[0] as string, relation: user.relation } : undefined
+  /** Loads every queued lookup in one query. */
+  async load(): Promise<void> {
+    const queued = this.#queued
+    this.#queued = []
+    const rows = await this.#query(
+      queued.map((lookup) =>
+        lookup.kind === 'parents'
+          ? {
+              kind: 'parents',
+              objectType: lookup.objectType,
+              relation: lookup.relation,
+              objectIds: lookup.queued,
+              ...(lookup.prefetchFor ? { prefetchFor: lookup.prefetchFor } : {}),
+            }
+          : {
+              kind: 'direct',
+              objectType: lookup.objectType,
+              relation: lookup.relation,
+              objectIds: lookup.queued,
+              subject: lookup.subject,
+              usersets: lookup.usersets,
+            },
+      ),
+    )
+    // Every parent of a lookup that prefetches is known, if only to have no tuple naming the user.
+    for (const row of rows) {
+      if (row.prefetched_type !== null || !(queued[row.lookup] as Lookup).prefetchFor) continue
+      let byId = this.#prefetched.get(row.subject_type)
+      if (!byId) {
+        byId = new Map()
+        this.#prefetched.set(row.subject_type, byId)
       }
-      for (const row of rows) {
-        const user = userOf(row)
-        if (!user || row.prefetched_type !== null) continue
-        const key = prefetchKey(`${row.subject_type}:${row.subject_id}`, user)
-        if (!this.#prefetched.has(key)) this.#prefetched.set(key, [])
-      }
-      const byLookup = queued.map(() => new Map<string, SubjectRow[]>())
-      for (const row of rows) {
-        if (row.prefetched_type !== null) {
-          const user = userOf(row)
-          const key = user && prefetchKey(`${row.prefetched_type}:${row.object_id}`, user)
-          if (key) this.#prefetched.get(key)?.push({ ...row, relation: row.prefetched_relation as string })
-          continue
-        }
-        const byObject = byLookup[row.lookup] as Map<string, SubjectRow[]>
-        const list = byObject.get(row.object_id)
-        if (list) list.push(row)
-        else byObject.set(row.object_id, [row])
-      }
-      queued.forEach(({ waiting }, index) => {
-        for (const [objectId, pending] of waiting) pending.resolve(byLookup[index]?.get(objectId) ?? [])
-      })
-    } catch (error) {
-      for (const { waiting } of queued) for (const pending of waiting.values()) pending.reject(error)
+      if (!byId.has(row.subject_id)) byId.set(row.subject_id, [])
     }
+    for (const lookup of queued) for (const objectId of lookup.queued) lookup.loaded.set(objectId, [])
+    for (const row of rows) {
+      if (row.prefetched_type !== null) {
+        const found = this.#prefetched.get(row.prefetched_type)?.get(row.object_id)
+        found?.push({ ...row, relation: row.prefetched_relation as string })
+        continue
+      }
+      ;(queued[row.lookup] as Lookup).loaded.get(row.object_id)?.push(row)
+    }
+    for (const lookup of queued) lookup.queued = []
   }
 }
 
-/** A check for one user; its branches share what they learn (lookups and settled answers). */
+/** What a check keeps about one object#relation: its position on the path being resolved, its answer. */
+interface NodeState {
+  /** -1 when not being resolved. */
+  position: number
+  settled: Outcome | undefined
+}
+
+/**
+ * A check for one user, resolved synchronously over the tuples loaded so far: a branch that needs
+ * a lookup not loaded yet answers PENDING and queues it, the other branches go on (queueing theirs),
+ * and check() loads all of them in one statement and walks again from the top; what was settled
+ * stays settled. Branches are walked in order, one after the other, so one path (a stack) serves
+ * them all.
+ */
 class Resolution {
   readonly #model: ModelIndex
   readonly #loader: TupleLoader
   readonly #user: Subject
-  /** Answers of object#relation that depend on no cycle cut still open. */
-  readonly #settled = new Map<string, Outcome>()
-  readonly #directLookups = new Map<string, DirectLookup | null>()
+  /** By plan index: by object id, what is known of object#relation. */
+  readonly #nodes: Array<Map<string, NodeState> | undefined>
+  /** By plan index: the direct lookup of the relation (null: nothing can match). */
+  readonly #direct: Array<Lookup | null | undefined>
+  /** By plan index of the tupleset relation: the parents lookup. */
+  readonly #parents: Array<Lookup | undefined>
   /** The relations the user can be related to at all through the model, by its type or its type's wildcard. */
   readonly #reachable: ReadonlyArray<ReadonlySet<string>>
+  /** The user's forms whose tuples on a parent are fetched with it. */
+  readonly #prefetchFor: LookupSubject
+  #pathSize = 0
 
-  constructor(model: ModelIndex, loader: TupleLoader, user: Subject) {
+  constructor(model: ModelIndex, plans: RelationPlans, loader: TupleLoader, user: Subject) {
     this.#model = model
     this.#loader = loader
     this.#user = user
+    this.#nodes = new Array(plans.count)
+    this.#direct = new Array(plans.count)
+    this.#parents = new Array(plans.count)
     this.#reachable = user.relation
       ? [model.reachableFrom(`${user.type}#${user.relation}`)]
       : [model.reachableFrom(user.type), model.reachableFrom(`${user.type}:*`)]
+    this.#prefetchFor = {
+      type: user.type,
+      ids: user.relation || user.id === '*' ? [user.id] : [user.id, '*'],
+      relation: user.relation,
+    }
   }
 
-  async check(object: ObjectRef, relation: string): Promise<boolean> {
-    const outcome = await this.#resolve(object, relation, new Map(), 0)
-    return outcome.allowed
+  async check(plan: RelationPlan, objectId: string): Promise<boolean> {
+    for (;;) {
+      const outcome = this.#resolve(plan, objectId, 0)
+      if (outcome === TOO_DEEP) throw new ResolutionDepthExceededError()
+      if (outcome !== PENDING) return outcome.allowed
+      if (!this.#loader.waiting) throw new Error('the authorization check waits for no lookup')
+      await this.#loader.load()
+    }
   }
 
   /**
-   * `path`: the object#relation pairs being resolved by this check, with their position; `depth`: the
-   * usersets and parents followed to get here (a computed userset is none, as in OpenFGA).
+   * `depth`: the usersets and parents followed to get here (a computed userset is none, as in
+   * OpenFGA); the path is the nodes whose position is not -1.
    */
-  async #resolve(
-    object: ObjectRef,
-    relation: string,
-    path: Map<string, number>,
-    depth: number,
-  ): Promise<Outcome> {
-    if (depth >= MAX_RESOLUTION_DEPTH) throw new ResolutionDepthExceededError()
-    const key = `${object.type}:${object.id}#${relation}`
-    const position = path.get(key)
-    if (position !== undefined) return { allowed: false, cycleAt: position, cycle: true }
-    const settled = this.#settled.get(key)
-    if (settled !== undefined) return settled
+  #resolve(plan: RelationPlan | undefined | null, objectId: string, depth: number): Outcome {
+    if (depth >= MAX_RESOLUTION_DEPTH) return TOO_DEEP
+    if (!plan) return DENIED
+    let nodes = this.#nodes[plan.index]
+    if (!nodes) {
+      nodes = new Map()
+      this.#nodes[plan.index] = nodes
+    }
+    let node = nodes.get(objectId)
+    if (!node) {
+      node = { position: -1, settled: undefined }
+      nodes.set(objectId, node)
+    }
+    if (node.position !== -1) return { allowed: false, cycleAt: node.position, cycle: true }
+    if (node.settled !== undefined) return node.settled
     const user = this.#user
     // A userset contains itself (OpenFGA: a self-defining tuple).
-    if (user.relation === relation && user.type === object.type && user.id === object.id) return ALLOWED
-    const rewrite = this.#model.relation(object.type, relation)
+    if (user.relation === plan.relation && user.type === plan.type && user.id === objectId) return ALLOWED
     // As OpenFGA: no path from the user's type to the relation in the model, no need to look (and no
     // cycle met on the way, which would make a subtraction deny).
-    const target = `${object.type}#${relation}`
-    if (!rewrite || !this.#reachable.some((reached) => reached.has(target))) return DENIED
-    const index = path.size
-    path.set(key, index)
+    if (!this.#reachable.some((reached) => reached.has(plan.target))) return DENIED
+    const index = this.#pathSize++
+    node.position = index
     let outcome: Outcome
     try {
-      outcome = await this.#rewrite(object, relation, rewrite, path, depth)
+      outcome = this.#rewrite(plan, plan.rewrite, objectId, depth)
     } finally {
-      path.delete(key)
+      node.position = -1
+      this.#pathSize--
     }
+    if (outcome === PENDING || outcome === TOO_DEEP) return outcome
     // OpenFGA's recursive fast path, where it takes one, answers without "cycle detected".
-    if (outcome.cycle && !user.relation && this.#model.recursiveFastPath(object.type, relation, user.type)) {
-      outcome = { ...outcome, cycle: false }
-    }
+    if (outcome.cycle && !user.relation && this.#fastPath(plan)) outcome = { ...outcome, cycle: false }
     if (outcome.cycleAt < index) return outcome
-    const answer = { ...outcome, cycleAt: Number.POSITIVE_INFINITY }
-    this.#settled.set(key, answer)
+    const answer =
+      outcome.cycleAt === Number.POSITIVE_INFINITY
+        ? outcome
+        : { ...outcome, cycleAt: Number.POSITIVE_INFINITY }
+    node.settled = answer
     return answer
   }
 
-  #rewrite(
-    object: ObjectRef,
-    relation: string,
-    rewrite: Userset,
-    path: Map<string, number>,
-    depth: number,
-  ): Promise<Outcome> {
-    if ('this' in rewrite) return this.#direct(object, relation, path, depth)
-    if ('computedUserset' in rewrite) {
-      return this.#resolve(object, rewrite.computedUserset.relation, path, depth)
+  #fastPath(plan: RelationPlan): boolean {
+    const userType = this.#user.type
+    let fast = plan.fastPath.get(userType)
+    if (fast === undefined) {
+      fast = this.#model.recursiveFastPath(plan.type, plan.relation, userType)
+      plan.fastPath.set(userType, fast)
     }
-    if ('tupleToUserset' in rewrite) {
-      const { tupleset, computedUserset } = rewrite.tupleToUserset
-      return this.#fromParents(object, tupleset.relation, computedUserset.relation, path, depth)
+    return fast
+  }
+
+  #rewrite(plan: RelationPlan, rewrite: PlanNode, objectId: string, depth: number): Outcome {
+    switch (rewrite.kind) {
+      case 'direct':
+        return this.#directly(plan, objectId, depth)
+      case 'computed':
+        return this.#resolve(rewrite.plan, objectId, depth)
+      case 'parents':
+        return this.#fromParents(rewrite.tupleset, rewrite.computed, objectId, depth)
+      case 'union': {
+        // Allowed as soon as one branch allows; a depth error only counts when nothing allows.
+        let denied = DENIED
+        let pending = false
+        let tooDeep = false
+        for (const child of rewrite.children) {
+          const outcome = this.#rewrite(plan, child, objectId, depth)
+          if (outcome === PENDING) pending = true
+          else if (outcome === TOO_DEEP) tooDeep = true
+          else if (outcome.allowed) return ALLOWED
+          else denied = unionOfDenials(denied, outcome)
+        }
+        return pending ? PENDING : tooDeep ? TOO_DEEP : denied
+      }
+      case 'intersection': {
+        // The first branch (in order) that denies; a depth error only counts when nothing denies.
+        let pending = false
+        let tooDeep = false
+        for (const child of rewrite.children) {
+          const outcome = this.#rewrite(plan, child, objectId, depth)
+          if (outcome === PENDING) pending = true
+          else if (outcome === TOO_DEEP) tooDeep = true
+          // Denied either way; which denial (and its cycle) waits for the branches before it.
+          else if (!outcome.allowed) return pending ? PENDING : outcome
+        }
+        return pending ? PENDING : tooDeep ? TOO_DEEP : ALLOWED
+      }
+      case 'difference': {
+        // The subtraction only matters when the base allows (or could not be resolved).
+        const included = this.#rewrite(plan, rewrite.base, objectId, depth)
+        if (included !== PENDING && included !== TOO_DEEP && !included.allowed) return included
+        const excluded = this.#rewrite(plan, rewrite.subtract, objectId, depth)
+        if (included === PENDING || excluded === PENDING) return PENDING
+        if (excluded === TOO_DEEP) return TOO_DEEP
+        if (excluded.allowed) return DENIED
+        if (included === TOO_DEEP) return TOO_DEEP
+        // A subtraction that met a cycle proves nothing: deny rather than allow.
+        if (excluded.cycle) return { allowed: false, cycleAt: excluded.cycleAt, cycle: true }
+        return included
+      }
     }
-    const branch = (child: Userset) => (own: Map<string, number>) =>
-      this.#rewrite(object, relation, child, own, depth)
-    if ('union' in rewrite) return anyOf(together(rewrite.union.child.map(branch), path))
-    if ('intersection' in rewrite) return allOf(together(rewrite.intersection.child.map(branch), path))
-    const [base, subtract] = together(
-      [branch(rewrite.difference.base), branch(rewrite.difference.subtract)],
-      path,
-    )
-    return butNot(base as () => Promise<Outcome>, subtract as () => Promise<Outcome>)
   }
 
   /** What to ask of object#relation's direct tuples for this user; null when nothing can match. */
-  #directLookup(objectType: string, relation: string): DirectLookup | null {
-    const cacheKey = `${objectType}#${relation}`
-    const cached = this.#directLookups.get(cacheKey)
+  #directLookup(plan: RelationPlan): Lookup | null {
+    const cached = this.#direct[plan.index]
     if (cached !== undefined) return cached
-    const types = this.#model.directlyRelated(objectType, relation)
     const user = this.#user
     const ids: string[] = []
-    if (admits(types, user)) ids.push(user.id)
-    if (!user.relation && user.id !== '*' && admits(types, { ...user, id: '*' })) ids.push('*')
-    const usersets = types.some((ref) => Boolean(ref.relation))
-    const lookup: DirectLookup | null =
-      ids.length > 0 || usersets
+    if (admits(plan.types, user)) ids.push(user.id)
+    if (!user.relation && user.id !== '*' && admits(plan.types, { ...user, id: '*' })) ids.push('*')
+    const lookup: Lookup | null =
+      ids.length > 0 || plan.usersets
         ? {
             kind: 'direct',
-            objectType,
-            relation,
+            objectType: plan.type,
+            relation: plan.relation,
             subject: ids.length > 0 ? { type: user.type, ids, relation: user.relation } : null,
-            usersets,
+            usersets: plan.usersets,
+            prefetchFor: undefined,
+            loaded: new Map(),
+            queued: [],
           }
         : null
-    this.#directLookups.set(cacheKey, lookup)
+    this.#direct[plan.index] = lookup
     return lookup
   }
 
-  async #direct(
-    object: ObjectRef,
-    relation: string,
-    path: Map<string, number>,
-    depth: number,
-  ): Promise<Outcome> {
-    const lookup = this.#directLookup(object.type, relation)
+  #directly(plan: RelationPlan, objectId: string, depth: number): Outcome {
+    const lookup = this.#directLookup(plan)
     if (!lookup) return DENIED
-    const rows = await this.#loader.load(lookup, object.id)
-    const types = this.#model.directlyRelated(object.type, relation)
+    const rows = this.#loader.rows(lookup, objectId)
+    if (!rows) return PENDING
     const user = this.#user
-    const usersets: Subject[] = []
-    for (const row of rows) {
-      const subject = { type: row.subject_type, id: row.subject_id, relation: row.subject_relation }
-      const namesUser =
-        subject.type === user.type &&
-        subject.relation === user.relation &&
-        (subject.id === user.id || subject.id === '*')
-      if (lookup.subject && namesUser) return ALLOWED
-      // Tuples the model no longer admits (written under an older model) are ignored, as OpenFGA does.
-      if (subject.relation && admits(types, subject)) usersets.push(subject)
+    if (lookup.subject) {
+      for (const row of rows) {
+        if (
+          row.subject_type === user.type &&
+          row.subject_relation === user.relation &&
+          (row.subject_id === user.id || row.subject_id === '*')
+        )
+          return ALLOWED
+      }
     }
-    return anyOf(usersets.map((subject) => () => this.#resolve(subject, subject.relation, path, depth + 1)))
+    // The usersets, one after the other (any of them).
+    let denied = DENIED
+    let pending = false
+    let tooDeep = false
+    for (const row of rows) {
+      if (!row.subject_relation) continue
+      // Tuples the model no longer admits (written under an older model) are ignored, as OpenFGA does.
+      const next = plan.usersetPlans.get(row.subject_type)?.get(row.subject_relation)
+      if (next === undefined) continue
+      const outcome = this.#resolve(next, row.subject_id, depth + 1)
+      if (outcome === PENDING) pending = true
+      else if (outcome === TOO_DEEP) tooDeep = true
+      else if (outcome.allowed) return ALLOWED
+      else denied = unionOfDenials(denied, outcome)
+    }
+    return pending ? PENDING : tooDeep ? TOO_DEEP : denied
   }
 
-  async #fromParents(
-    object: ObjectRef,
-    tupleset: string,
-    relation: string,
-    path: Map<string, number>,
+  #fromParents(
+    tupleset: RelationPlan | undefined,
+    computed: ReadonlyMap<string, RelationPlan>,
+    objectId: string,
     depth: number,
-  ): Promise<Outcome> {
-    const user = this.#user
-    const rows = await this.#loader.load(
-      {
+  ): Outcome {
+    if (!tupleset) return DENIED
+    let lookup = this.#parents[tupleset.index]
+    if (!lookup) {
+      lookup = {
         kind: 'parents',
-        objectType: object.type,
-        relation: tupleset,
+        objectType: tupleset.type,
+        relation: tupleset.relation,
+        subject: null,
+        usersets: false,
         // The next step asks the parents' relations of this user: fetched in the same statement.
-        prefetchFor: {
-          type: user.type,
-          ids: user.relation || user.id === '*' ? [user.id] : [user.id, '*'],
-          relation: user.relation,
-        },
-      },
-      object.id,
-    )
-    const types = this.#model.directlyRelated(object.type, tupleset)
-    const parents = rows
-      .map((row) => ({ type: row.subject_type, id: row.subject_id, relation: '' }))
-      .filter(
-        (parent) =>
-          parent.id !== '*' && admits(types, parent) && this.#model.hasRelation(parent.type, relation),
-      )
-    return anyOf(parents.map((parent) => () => this.#resolve(parent, relation, path, depth + 1)))
+        prefetchFor: this.#prefetchFor,
+        loaded: new Map(),
+        queued: [],
+      }
+      this.#parents[tupleset.index] = lookup
+    }
+    const rows = this.#loader.rows(lookup, objectId)
+    if (!rows) return PENDING
+    let denied = DENIED
+    let pending = false
+    let tooDeep = false
+    for (const row of rows) {
+      if (row.subject_id === '*' || row.subject_relation) continue
+      const next = computed.get(row.subject_type)
+      if (!next) continue
+      const outcome = this.#resolve(next, row.subject_id, depth + 1)
+      if (outcome === PENDING) pending = true
+      else if (outcome === TOO_DEEP) tooDeep = true
+      else if (outcome.allowed) return ALLOWED
+      else denied = unionOfDenials(denied, outcome)
+    }
+    return pending ? PENDING : tooDeep ? TOO_DEEP : denied
   }
+}
+
+/** Two denials of a union's branches as one: the lowest open cycle cut, and whether any met a cycle. */
+function unionOfDenials(a: Outcome, b: Outcome): Outcome {
+  if (b === DENIED) return a
+  if (a === DENIED) return b
+  return { allowed: false, cycleAt: Math.min(a.cycleAt, b.cycleAt), cycle: a.cycle || b.cycle }
 }
 
 export class EmbeddedAuthorization implements AuthorizationPort {
   readonly #db: Kysely<Database>
   readonly #model: ModelIndex
+  readonly #plans: RelationPlans
   #closed = false
 
   /** Throws UnsupportedModelError for a model this evaluator would answer wrongly (conditions). */
@@ -572,6 +603,7 @@ export class EmbeddedAuthorization implements AuthorizationPort {
     refuseUnsupported(model)
     this.#db = db
     this.#model = model
+    this.#plans = compileRelationPlans(model)
   }
 
   check(request: CheckRequest): Promise<boolean> {
@@ -587,7 +619,8 @@ export class EmbeddedAuthorization implements AuthorizationPort {
     const relation = parseName(request.relation, 'relation')
     requireRelation(this.#model, object.type, relation)
     const user = modelSubject(this.#model, request.user)
-    return new Resolution(this.#model, loader, user).check(object, relation)
+    const plan = this.#plans.byType.get(object.type)?.get(relation) as RelationPlan
+    return new Resolution(this.#model, this.#plans, loader, user).check(plan, object.id)
   }
 
   /**

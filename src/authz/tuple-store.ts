@@ -1,10 +1,11 @@
-import { type AliasableExpression, type Insertable, type RawBuilder, sql } from 'kysely'
+import { CompiledQuery, type Insertable, type RawBuilder, sql } from 'kysely'
 import type { AuthzOutboxTable, Executor } from '../db/schema.ts'
 
 // The relationship tuples of the embedded authorization evaluator. Every lookup takes a list of
 // object ids, so that the evaluator can answer many objects' questions with one query. Lists travel
 // as one array parameter each (`= any($1::text[])`, `unnest`), never as one parameter per value, so
-// that no list length reaches PostgreSQL's parameter limit.
+// that no list length reaches PostgreSQL's parameter limit; a lookup's list of one to SHORT_LIST
+// values, the common case, goes as that many parameters instead (see lookupsText).
 
 export interface TupleRow {
   object_type: string
@@ -115,66 +116,80 @@ export async function findTuplesForLookups(
   db: Executor,
   lookups: readonly TupleLookup[],
 ): Promise<LookupRow[]> {
-  const query = lookupsQuery(lookups)
-  if (!query) return []
-  const { rows } = await query.execute(db)
-  return rows.map((row) => ({ ...row, lookup: Number(row.lookup) }))
+  const parameters: unknown[] = []
+  const text = lookupsText(lookups, parameters)
+  if (text === null) return []
+  const { rows } = await db.executeQuery<LookupRow>(CompiledQuery.raw(text, parameters))
+  for (const row of rows) row.lookup = Number(row.lookup)
+  return rows as LookupRow[]
 }
 
-const LOOKUP_COLUMNS = sql`"object_id", "subject_type", "subject_id", "subject_relation"`
-const NOT_PREFETCHED = sql`null::text as "prefetched_type", null::text as "prefetched_relation"`
-const UNION_ALL = sql` union all `
+/** The longest list a lookup sends as one parameter per value (see lookupsText). */
+const SHORT_LIST = 4
+
+const LOOKUP_COLUMNS = '"object_id", "subject_type", "subject_id", "subject_relation"'
+const NOT_PREFETCHED = 'null::text as "prefetched_type", null::text as "prefetched_relation"'
 
 /**
- * The statement of findTuplesForLookups; null when there is nothing to look up. Written with
- * Kysely's sql template rather than its select builder: building and compiling this union with the
- * builder on every check was a quarter of a check's CPU. Every value is a parameter (lists as one
- * text[] each); only the lookup's index, a number, is a literal.
+ * The statement of findTuplesForLookups, its values appended to `parameters` (placeholders
+ * numbered after those already there); null when there is nothing to look up. Written as text: the
+ * same text comes back for the same shape of lookups, which the pool's clients prepare once per
+ * connection (src/db/database.ts), and building it costs a few concatenations where compiling it
+ * with Kysely (its builder or its sql template) was a large part of a check's CPU. Every value is a
+ * parameter; only the lookup's index, a number, is a literal.
+ *
+ * A list of one to SHORT_LIST values is written with one parameter per value (`= $1`,
+ * `in ($1, $2)`), a longer one as an array parameter (`= any($1::text[])`): PostgreSQL keeps one
+ * (generic) plan of a prepared statement only when its estimate is close to the plans it makes for
+ * the values, and for an array parameter it assumes ten elements where a check sends one or two,
+ * so it planned the statement again on every execution, which cost it more than running it.
  */
-function lookupsQuery(lookups: readonly TupleLookup[]): RawBuilder<LookupRow> | null {
-  const parts: RawBuilder<unknown>[] = []
+function lookupsText(lookups: readonly TupleLookup[], parameters: unknown[]): string | null {
+  const parameter = (value: unknown) => {
+    parameters.push(value)
+    return `$${parameters.length}`
+  }
+  const oneOf = (column: string, values: readonly string[]) => {
+    if (values.length === 1) return `${column} = ${parameter(values[0])}`
+    if (values.length <= SHORT_LIST) return `${column} in (${values.map(parameter).join(', ')})`
+    return `${column} = any(${parameter(values)}::text[])`
+  }
+  const onObjects = (alias: string, lookup: TupleLookup) =>
+    `${alias}"object_type" = ${parameter(lookup.objectType)} and ${oneOf(`${alias}"object_id"`, lookup.objectIds)} and ${alias}"relation" = ${parameter(lookup.relation)}`
+  let text = ''
+  const add = (part: string) => {
+    text += text === '' ? `(${part})` : ` union all (${part})`
+  }
   lookups.forEach((lookup, index) => {
-    const tag = sql.lit(index)
-    const onObjects = (alias: RawBuilder<unknown>) =>
-      sql`${alias}"object_type" = ${lookup.objectType} and ${alias}"object_id" = any(${lookup.objectIds}::text[]) and ${alias}"relation" = ${lookup.relation}`
-    const tuplesOf = (condition: RawBuilder<unknown>) =>
-      sql`select ${LOOKUP_COLUMNS}, ${tag} as "lookup", ${NOT_PREFETCHED} from "authz_tuples" where ${onObjects(NO_ALIAS)} and ${condition}`
+    const tuplesOf = `select ${LOOKUP_COLUMNS}, ${index} as "lookup", ${NOT_PREFETCHED} from "authz_tuples" where `
     if (lookup.kind === 'parents') {
-      parts.push(tuplesOf(sql`"subject_relation" = ${''}`))
+      add(`${tuplesOf}${onObjects('', lookup)} and "subject_relation" = ${parameter('')}`)
       const subject = lookup.prefetchFor
       if (subject) {
-        parts.push(
-          sql`select "m"."object_id", "m"."subject_type", "m"."subject_id", "m"."subject_relation", ${tag} as "lookup", "m"."object_type" as "prefetched_type", "m"."relation" as "prefetched_relation" from "authz_tuples" as "p" inner join "authz_tuples" as "m" on "m"."object_type" = "p"."subject_type" and "m"."object_id" = "p"."subject_id" where ${onObjects(PARENT)} and "p"."subject_relation" = ${''} and "m"."subject_type" = ${subject.type} and "m"."subject_id" = any(${subject.ids}::text[]) and "m"."subject_relation" = ${subject.relation}`,
+        add(
+          `select "m"."object_id", "m"."subject_type", "m"."subject_id", "m"."subject_relation", ${index} as "lookup", "m"."object_type" as "prefetched_type", "m"."relation" as "prefetched_relation" from "authz_tuples" as "p" inner join "authz_tuples" as "m" on "m"."object_type" = "p"."subject_type" and "m"."object_id" = "p"."subject_id" where ${onObjects('"p".', lookup)} and "p"."subject_relation" = ${parameter('')} and "m"."subject_type" = ${parameter(subject.type)} and ${oneOf('"m"."subject_id"', subject.ids)} and "m"."subject_relation" = ${parameter(subject.relation)}`,
         )
       }
       return
     }
     const { subject } = lookup
     if (subject) {
-      parts.push(
-        tuplesOf(
-          sql`"subject_type" = ${subject.type} and "subject_id" = any(${subject.ids}::text[]) and "subject_relation" = ${subject.relation}`,
-        ),
+      add(
+        `${tuplesOf}${onObjects('', lookup)} and "subject_type" = ${parameter(subject.type)} and ${oneOf('"subject_id"', subject.ids)} and "subject_relation" = ${parameter(subject.relation)}`,
       )
     }
-    if (lookup.usersets) parts.push(tuplesOf(sql`"subject_relation" <> ${''}`))
+    if (lookup.usersets) add(`${tuplesOf}${onObjects('', lookup)} and "subject_relation" <> ${parameter('')}`)
   })
-  if (parts.length === 0) return null
-  return sql<LookupRow>`${sql.join(
-    parts.map((part) => sql`(${part})`),
-    UNION_ALL,
-  )}`
+  return text === '' ? null : text
 }
-
-const NO_ALIAS = sql``
-const PARENT = sql`"p".`
 
 /**
  * A read and the tuples of lookups, in one statement: the read's rows (numbered as they come out
  * of it) fully joined on false to the lookup rows, so that every row of either comes back once,
  * each lookup row as findTuplesForLookups would answer it and the read's rows in the read's order.
  * What a check's first round of lookups and the read of what it is about cost in one round trip
- * instead of two. The read is composed as a subquery, never as text; its columns must not start
+ * instead of two. The read is composed as a subquery (its compiled text and parameters, the
+ * lookups' placeholders numbered after its own), never from values; its columns must not start
  * with `authz_`.
  */
 export async function findWithLookups<Row extends object>(
@@ -182,30 +197,15 @@ export async function findWithLookups<Row extends object>(
   read: RowsRead<Row>,
   lookups: readonly TupleLookup[],
 ): Promise<{ rows: Row[]; lookupRows: LookupRow[] }> {
-  const tuples = lookupsQuery(lookups)
-  if (!tuples) return { rows: await read.execute(), lookupRows: [] }
-  const numbered = db
-    .selectFrom(read.as('authz_read'))
-    .selectAll('authz_read')
-    .select(sql<string>`row_number() over ()`.as('authz_n'))
-  const result = await db
-    .selectFrom(numbered.as('r'))
-    .fullJoin(sql<LookupRow>`(${tuples})`.as('l'), (join) => join.on(sql.lit(false)))
-    .selectAll('r')
-    .select([
-      'l.object_id as authz_object_id',
-      'l.subject_type as authz_subject_type',
-      'l.subject_id as authz_subject_id',
-      'l.subject_relation as authz_subject_relation',
-      'l.lookup as authz_lookup',
-      'l.prefetched_type as authz_prefetched_type',
-      'l.prefetched_relation as authz_prefetched_relation',
-    ])
-    .orderBy('r.authz_n')
-    .execute()
+  const compiled = read.compile()
+  const parameters = [...compiled.parameters]
+  const tuples = lookupsText(lookups, parameters)
+  if (tuples === null) return { rows: await read.execute(), lookupRows: [] }
+  const text = `select "r".*, "l"."object_id" as "authz_object_id", "l"."subject_type" as "authz_subject_type", "l"."subject_id" as "authz_subject_id", "l"."subject_relation" as "authz_subject_relation", "l"."lookup" as "authz_lookup", "l"."prefetched_type" as "authz_prefetched_type", "l"."prefetched_relation" as "authz_prefetched_relation" from (select "authz_read".*, row_number() over () as "authz_n" from (${compiled.sql}) as "authz_read") as "r" full join (${tuples}) as "l" on false order by "r"."authz_n"`
+  const result = await db.executeQuery(CompiledQuery.raw(text, parameters))
   const rows: Row[] = []
   const lookupRows: LookupRow[] = []
-  for (const r of result as Record<string, unknown>[]) {
+  for (const r of result.rows as Record<string, unknown>[]) {
     if (r.authz_n !== null && r.authz_n !== undefined) {
       const fields: Record<string, unknown> = {}
       for (const name in r) if (!name.startsWith('authz_')) fields[name] = r[name]
@@ -229,4 +229,4 @@ export async function findWithLookups<Row extends object>(
  * A feature's select (a Kysely select builder): run alone, or composed as a subquery into the
  * statement of a check's lookups (findWithLookups).
  */
-export type RowsRead<Row> = AliasableExpression<Row> & { execute(): Promise<Row[]> }
+export type RowsRead<Row> = { execute(): Promise<Row[]>; compile(): CompiledQuery<Row> }
