@@ -1,4 +1,4 @@
-import { type OperationNode, type RawBuilder, type Selectable, sql } from 'kysely'
+import { type CompiledQuery, type RawBuilder, type Selectable, sql } from 'kysely'
 import type { ChainHeadRow } from '../../audit/index.ts'
 import type { RowsRead } from '../../authz/tuple-store.ts'
 import type { Executor, Tx } from '../../db/schema.ts'
@@ -40,7 +40,7 @@ const NOTHING = sql``
 /**
  * A select written as SQL text with parameters (no query builder built and compiled per request;
  * its text is the same on every call, so the connection keeps it prepared), run alone or composed
- * as a subquery into the statement of a permission check (RowsRead).
+ * as a subquery into the statement of a permission check (RowsRead, findWithLookups).
  */
 class SqlRead<Row> implements RowsRead<Row> {
   readonly #db: Executor
@@ -51,17 +51,8 @@ class SqlRead<Row> implements RowsRead<Row> {
     this.#query = query
   }
 
-  get expressionType(): Row | undefined {
-    return undefined
-  }
-
-  // biome-ignore lint/suspicious/noExplicitAny: forwards both of AliasableExpression's overloads
-  as(alias: any): any {
-    return sql<Row>`(${this.#query})`.as(alias)
-  }
-
-  toOperationNode(): OperationNode {
-    return this.#query.toOperationNode()
+  compile(): CompiledQuery<Row> {
+    return this.#query.compile(this.#db)
   }
 
   async execute(): Promise<Row[]> {
