@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises'
 import path from 'node:path'
-import { PGlite } from '@electric-sql/pglite'
+import type { PGlite } from '@electric-sql/pglite'
 import { Kysely, type PGlite as KyselyPGlite, PGliteDialect, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
 import { type Config, ConfigError } from '../config.ts'
@@ -177,6 +177,8 @@ export async function openPGlite(directory?: string, options: PostgresOptions = 
 }
 
 async function openOwnPGlite(directory?: string): Promise<DatabaseHandle> {
+  // Imported here: a service on PostgreSQL never loads PGlite.
+  const { PGlite } = await import('@electric-sql/pglite')
   const pglite = new PGlite({ dataDir: directory, parsers: { [INT8_OID]: (value: string) => value } })
   await pglite.waitReady
   const lock = new FifoLock()

@@ -1,13 +1,5 @@
-import {
-  CopyObjectCommand,
-  DeleteObjectCommand,
-  GetObjectCommand,
-  HeadObjectCommand,
-  PutObjectCommand,
-  S3Client,
-  S3ServiceException,
-} from '@aws-sdk/client-s3'
-import { getSignedUrl, S3RequestPresigner } from '@aws-sdk/s3-request-presigner'
+import type { S3Client } from '@aws-sdk/client-s3'
+import type { S3RequestPresigner } from '@aws-sdk/s3-request-presigner'
 import { type Config, ConfigError } from '../config.ts'
 import {
   type ObjectInfo,
@@ -27,6 +19,9 @@ import {
 // for the signature itself. `getSignedUrl` is asked once, for where the bucket's objects live (host
 // and path prefix, as the SDK's endpoint rules decide them: path style or virtual host); each
 // address is then that location plus the key, signed by the SDK's S3RequestPresigner.
+//
+// The SDK (about 8 MB of memory with the presigner) is imported by the store's first call, once per
+// process, not at start-up: the readiness check or the first file route pays for it.
 
 export interface S3StoreOptions {
   endpoint: string
@@ -66,9 +61,27 @@ const READINESS_PROBE = '.platform/readiness'
 const CONNECTION_TIMEOUT_MS = 3_000
 const REQUEST_TIMEOUT_MS = 10_000
 
-function s3Client(endpoint: string, options: S3StoreOptions): S3Client {
+type ClientModule = typeof import('@aws-sdk/client-s3')
+type PresignerModule = typeof import('@aws-sdk/s3-request-presigner')
+
+let sdkModules: Promise<[ClientModule, PresignerModule]> | undefined
+const loadSdk = () => {
+  sdkModules ??= Promise.all([import('@aws-sdk/client-s3'), import('@aws-sdk/s3-request-presigner')])
+  return sdkModules
+}
+
+/** The SDK's objects of one store, made on its first call. */
+interface Sdk {
+  s3: ClientModule
+  getSignedUrl: PresignerModule['getSignedUrl']
+  client: S3Client
+  signer: S3Client
+  presigner: S3RequestPresigner
+}
+
+function s3Client(s3: ClientModule, endpoint: string, options: S3StoreOptions): S3Client {
   const { accessKeyId, secretAccessKey } = options
-  return new S3Client({
+  return new s3.S3Client({
     endpoint,
     region: options.region,
     forcePathStyle: options.pathStyle,
@@ -85,9 +98,9 @@ function s3Client(endpoint: string, options: S3StoreOptions): S3Client {
   })
 }
 
-function isNotFound(error: unknown): boolean {
+function isNotFound(s3: ClientModule, error: unknown): boolean {
   return (
-    error instanceof S3ServiceException &&
+    error instanceof s3.S3ServiceException &&
     (error.name === 'NotFound' || error.name === 'NoSuchKey' || error.$metadata.httpStatusCode === 404)
   )
 }
@@ -96,22 +109,30 @@ function isNotFound(error: unknown): boolean {
 const DELETE_CONCURRENCY = 16
 
 export class S3ObjectStore implements ObjectStore {
-  readonly #client: S3Client
-  readonly #signer: S3Client
-  readonly #presigner: S3RequestPresigner
+  readonly #options: S3StoreOptions
   readonly #bucket: string
+  #sdk: Promise<Sdk> | undefined
   #location: Promise<ObjectLocation> | undefined
 
   constructor(options: S3StoreOptions) {
+    this.#options = options
     this.#bucket = options.bucket
-    this.#client = s3Client(options.endpoint, options)
-    this.#signer =
-      options.publicEndpoint && options.publicEndpoint !== options.endpoint
-        ? s3Client(options.publicEndpoint, options)
-        : this.#client
-    // The signer client's configuration: its credentials provider (refreshed as the SDK does), region
-    // and hash; what `getSignedUrl` builds per call.
-    this.#presigner = new S3RequestPresigner({ ...this.#signer.config, signingName: 's3' })
+  }
+
+  #loaded(): Promise<Sdk> {
+    this.#sdk ??= loadSdk().then(([s3, presigning]) => {
+      const options = this.#options
+      const client = s3Client(s3, options.endpoint, options)
+      const signer =
+        options.publicEndpoint && options.publicEndpoint !== options.endpoint
+          ? s3Client(s3, options.publicEndpoint, options)
+          : client
+      // The signer client's configuration: its credentials provider (refreshed as the SDK does),
+      // region and hash; what `getSignedUrl` builds per call.
+      const presigner = new presigning.S3RequestPresigner({ ...signer.config, signingName: 's3' })
+      return { s3, getSignedUrl: presigning.getSignedUrl, client, signer, presigner }
+    })
+    return this.#sdk
   }
 
   async presignPut(
@@ -120,32 +141,32 @@ export class S3ObjectStore implements ObjectStore {
     expiresInSeconds: number,
     signingDate: Date,
   ): Promise<PresignedUpload> {
-    const command = new PutObjectCommand({ Bucket: this.#bucket, Key: key, ContentType: contentType })
     // Content-Type is signed: a PUT with another type is refused by the store.
-    const url = await this.#sign('PutObject', command, expiresInSeconds, signingDate, ['content-type'])
+    const url = await this.#sign('PutObject', key, contentType, expiresInSeconds, signingDate)
     return { url, headers: { 'Content-Type': contentType } }
   }
 
   presignGet(key: string, expiresInSeconds: number, signingDate: Date): Promise<string> {
-    const command = new GetObjectCommand({ Bucket: this.#bucket, Key: key })
-    return this.#sign('GetObject', command, expiresInSeconds, signingDate)
+    return this.#sign('GetObject', key, undefined, expiresInSeconds, signingDate)
   }
 
   async head(key: string): Promise<ObjectInfo | null> {
+    const { s3, client } = await this.#loaded()
     try {
-      const output = await this.#client.send(new HeadObjectCommand({ Bucket: this.#bucket, Key: key }))
+      const output = await client.send(new s3.HeadObjectCommand({ Bucket: this.#bucket, Key: key }))
       return { size: output.ContentLength ?? 0, contentType: output.ContentType ?? null }
     } catch (error) {
-      if (isNotFound(error)) return null
+      if (isNotFound(s3, error)) return null
       throw new ObjectStoreError('HeadObject failed', { cause: error })
     }
   }
 
   async delete(key: string): Promise<void> {
+    const { s3, client } = await this.#loaded()
     try {
-      await this.#client.send(new DeleteObjectCommand({ Bucket: this.#bucket, Key: key }))
+      await client.send(new s3.DeleteObjectCommand({ Bucket: this.#bucket, Key: key }))
     } catch (error) {
-      if (isNotFound(error)) return
+      if (isNotFound(s3, error)) return
       throw new ObjectStoreError('DeleteObject failed', { cause: error })
     }
   }
@@ -167,9 +188,10 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   async put(key: string, bytes: Uint8Array, headers: StoredHeaders): Promise<void> {
+    const { s3, client } = await this.#loaded()
     try {
-      await this.#client.send(
-        new PutObjectCommand({
+      await client.send(
+        new s3.PutObjectCommand({
           Bucket: this.#bucket,
           Key: key,
           Body: bytes,
@@ -184,9 +206,10 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   async copy(fromKey: string, toKey: string, headers: StoredHeaders): Promise<ObjectInfo | null> {
+    const { s3, client } = await this.#loaded()
     try {
-      await this.#client.send(
-        new CopyObjectCommand({
+      await client.send(
+        new s3.CopyObjectCommand({
           Bucket: this.#bucket,
           Key: toKey,
           CopySource: `${this.#bucket}/${fromKey.split('/').map(encodeURIComponent).join('/')}`,
@@ -196,7 +219,7 @@ export class S3ObjectStore implements ObjectStore {
         }),
       )
     } catch (error) {
-      if (isNotFound(error)) return null
+      if (isNotFound(s3, error)) return null
       throw new ObjectStoreError('CopyObject failed', { cause: error })
     }
     return this.head(toKey)
@@ -216,32 +239,40 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   async close(): Promise<void> {
-    this.#client.destroy()
-    if (this.#signer !== this.#client) this.#signer.destroy()
+    // Never used (or the SDK failed to load): no client was made.
+    const sdk = await this.#sdk?.catch(() => undefined)
+    if (!sdk) return
+    sdk.client.destroy()
+    if (sdk.signer !== sdk.client) sdk.signer.destroy()
   }
 
+  /** A pre-signed address of `key`; for a PUT, `contentType` is signed with it. */
   async #sign(
     operation: 'PutObject' | 'GetObject',
-    command: PutObjectCommand | GetObjectCommand,
+    key: string,
+    contentType: string | undefined,
     expiresInSeconds: number,
     signingDate: Date,
-    signedHeaders: string[] = [],
   ): Promise<string> {
     try {
-      const location = await this.#objectLocation()
+      const sdk = await this.#loaded()
+      const location = await this.#objectLocation(sdk)
       const host = location.port === undefined ? location.hostname : `${location.hostname}:${location.port}`
-      const contentType = command instanceof PutObjectCommand ? command.input.ContentType : undefined
-      const signed = await this.#presigner.presign(
+      const signed = await sdk.presigner.presign(
         {
           method: operation === 'PutObject' ? 'PUT' : 'GET',
           protocol: location.protocol,
           hostname: location.hostname,
           port: location.port,
-          path: `${location.pathPrefix}/${(command.input.Key ?? '').split('/').map(uriEscape).join('/')}`,
+          path: `${location.pathPrefix}/${key.split('/').map(uriEscape).join('/')}`,
           headers: contentType === undefined ? { host } : { host, 'content-type': contentType },
           query: { 'x-id': operation },
         },
-        { expiresIn: expiresInSeconds, signingDate, signableHeaders: new Set(signedHeaders) },
+        {
+          expiresIn: expiresInSeconds,
+          signingDate,
+          signableHeaders: new Set(contentType === undefined ? [] : ['content-type']),
+        },
       )
       const query = Object.entries(signed.query ?? {})
         .map(([name, value]) => `${uriEscape(name)}=${uriEscape(String(value))}`)
@@ -253,10 +284,10 @@ export class S3ObjectStore implements ObjectStore {
   }
 
   /** Asks the SDK once where the bucket's objects live for the signer's endpoint. */
-  #objectLocation(): Promise<ObjectLocation> {
+  #objectLocation({ s3, getSignedUrl, signer }: Sdk): Promise<ObjectLocation> {
     this.#location ??= getSignedUrl(
-      this.#signer,
-      new GetObjectCommand({ Bucket: this.#bucket, Key: LOCATION_PROBE }),
+      signer,
+      new s3.GetObjectCommand({ Bucket: this.#bucket, Key: LOCATION_PROBE }),
       { expiresIn: 60 },
     ).then((address) => {
       const url = new URL(address)

@@ -1,12 +1,9 @@
 import { createHmac } from 'node:crypto'
-import {
-  generateAuthenticationOptions,
-  generateRegistrationOptions,
-  type PublicKeyCredentialCreationOptionsJSON,
-  type PublicKeyCredentialRequestOptionsJSON,
-  type RegistrationResponseJSON,
-  verifyAuthenticationResponse,
-  verifyRegistrationResponse,
+import type * as WebAuthn from '@simplewebauthn/server'
+import type {
+  PublicKeyCredentialCreationOptionsJSON,
+  PublicKeyCredentialRequestOptionsJSON,
+  RegistrationResponseJSON,
 } from '@simplewebauthn/server'
 import type { Kysely } from 'kysely'
 import type { AuditTrail } from '../../audit/index.ts'
@@ -83,6 +80,14 @@ const DECOY_TRANSPORTS = ['hybrid', 'internal']
 /** The WebAuthn user handle of an account: the 16 bytes of its UUID. */
 const userHandleOf = (accountId: string) => new Uint8Array(Buffer.from(accountId.replaceAll('-', ''), 'hex'))
 
+// @simplewebauthn/server and its X.509 and ASN.1 stack take about 6 MB of heap: loaded once, by
+// the first ceremony, rather than at start-up by a service that may never see a passkey.
+let webAuthn: Promise<typeof WebAuthn> | undefined
+const loadWebAuthn = () => {
+  webAuthn ??= import('@simplewebauthn/server')
+  return webAuthn
+}
+
 const registrationFailed = (detail: string) => new AppError('PASSKEY_REGISTRATION_FAILED', detail)
 const challengeInvalid = () =>
   new AppError('PASSKEY_CHALLENGE_INVALID', 'The challenge is unknown, used, expired or of another ceremony')
@@ -117,7 +122,7 @@ export class PasskeyService {
     const account = await findAccount(db, user.userId)
     if (!account) throw new AppError('AUTHENTICATION_REQUIRED', 'The account no longer exists')
     const existing = await listPasskeys(db, user.userId)
-    const options = await generateRegistrationOptions({
+    const options = await (await loadWebAuthn()).generateRegistrationOptions({
       rpName: this.#rp.rpName,
       rpID: this.#rp.rpId,
       userName: account.email,
@@ -154,6 +159,7 @@ export class PasskeyService {
   ): Promise<PasskeyRecord> {
     const { db, clock } = this.#deps
     const now = clock.now()
+    const { verifyRegistrationResponse } = await loadWebAuthn()
     let verification: Awaited<ReturnType<typeof verifyRegistrationResponse>>
     try {
       verification = await verifyRegistrationResponse({
@@ -249,7 +255,7 @@ export class PasskeyService {
         allowCredentials = [{ id: this.#decoyCredential(username), transports: DECOY_TRANSPORTS }]
       }
     }
-    const options = await generateAuthenticationOptions({
+    const options = await (await loadWebAuthn()).generateAuthenticationOptions({
       rpID: this.#rp.rpId,
       allowCredentials,
       userVerification: 'required',
@@ -331,6 +337,7 @@ export class PasskeyService {
     if (userHandle && userHandle !== Buffer.from(userHandleOf(passkey.account_id)).toString('base64url'))
       throw passkeyInvalid()
     const stored = Number(passkey.counter)
+    const { verifyAuthenticationResponse } = await loadWebAuthn()
     let verification: Awaited<ReturnType<typeof verifyAuthenticationResponse>>
     try {
       verification = await verifyAuthenticationResponse({
