@@ -527,21 +527,7 @@ class Resolution {
       }
     }
     // The usersets, one after the other (any of them).
-    let denied = DENIED
-    let pending = false
-    let tooDeep = false
-    for (const row of rows) {
-      if (!row.subject_relation) continue
-      // Tuples the model no longer admits (written under an older model) are ignored, as OpenFGA does.
-      const next = plan.usersetPlans.get(row.subject_type)?.get(row.subject_relation)
-      if (next === undefined) continue
-      const outcome = this.#resolve(next, row.subject_id, depth + 1)
-      if (outcome === PENDING) pending = true
-      else if (outcome === TOO_DEEP) tooDeep = true
-      else if (outcome.allowed) return ALLOWED
-      else denied = unionOfDenials(denied, outcome)
-    }
-    return pending ? PENDING : tooDeep ? TOO_DEEP : denied
+    return this.#anyOf(rows, depth, plan.usersetPlans, null)
   }
 
   #fromParents(
@@ -568,13 +554,35 @@ class Resolution {
     }
     const rows = this.#loader.rows(lookup, objectId)
     if (!rows) return PENDING
+    return this.#anyOf(rows, depth, null, computed)
+  }
+
+  /**
+   * A union over what the rows lead to, resolved one after the other: allowed at the first allow.
+   * With `usersets`, the rows are userset tuples, each leading to its userset's plan; without, they
+   * are parent tuples, each leading to `computed` of the parent's type.
+   */
+  #anyOf(
+    rows: readonly SubjectRow[],
+    depth: number,
+    usersets: RelationPlan['usersetPlans'] | null,
+    computed: ReadonlyMap<string, RelationPlan> | null,
+  ): Outcome {
     let denied = DENIED
     let pending = false
     let tooDeep = false
     for (const row of rows) {
-      if (row.subject_id === '*' || row.subject_relation) continue
-      const next = computed.get(row.subject_type)
-      if (!next) continue
+      let next: RelationPlan | null | undefined
+      if (usersets) {
+        if (!row.subject_relation) continue
+        // Tuples the model no longer admits (written under an older model) are ignored, as OpenFGA does.
+        next = usersets.get(row.subject_type)?.get(row.subject_relation)
+        if (next === undefined) continue
+      } else {
+        if (row.subject_id === '*' || row.subject_relation) continue
+        next = computed?.get(row.subject_type)
+        if (!next) continue
+      }
       const outcome = this.#resolve(next, row.subject_id, depth + 1)
       if (outcome === PENDING) pending = true
       else if (outcome === TOO_DEEP) tooDeep = true
