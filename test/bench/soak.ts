@@ -202,6 +202,7 @@ async function main() {
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_RESET_PER_HOUR: '1000000000',
+    PLATFORM_AUTH_RATE_LIMIT_RESET_PER_MINUTE: '1000000000',
     LOG_LEVEL: 'error',
   }
   const org = JSON.parse((await runNode('src/cli.ts', ['org', 'create', '--name', 'Soak'], env).done).stdout)
