@@ -1,20 +1,19 @@
 import { type RawBuilder, sql } from 'kysely'
 import type { Executor } from '../db/schema.ts'
 
+/** The upsert that counts one hit in the key's fixed window when `when` holds; returns the count. */
+const countHit = (key: string, windowStart: Date, when: RawBuilder<boolean>) => sql<{ count: number }>`
+  insert into rate_limits as r (key, window_start, count)
+  select ${key}::text, ${windowStart}::timestamptz, 1 where ${when}
+  on conflict (key) do update set
+    count = case when r.window_start = excluded.window_start then r.count + 1 else 1 end,
+    window_start = excluded.window_start
+  returning count`
+
 /** Counts one hit in the key's fixed window, atomically across instances; returns the new count. */
 export async function hitRateLimit(db: Executor, key: string, windowStart: Date): Promise<number> {
-  const row = await db
-    .insertInto('rate_limits')
-    .values({ key, window_start: windowStart, count: 1 })
-    .onConflict((oc) =>
-      oc.column('key').doUpdateSet({
-        count: sql`case when rate_limits.window_start = excluded.window_start then rate_limits.count + 1 else 1 end`,
-        window_start: sql`excluded.window_start`,
-      }),
-    )
-    .returning('count')
-    .executeTakeFirstOrThrow()
-  return row.count
+  const { rows } = await countHit(key, windowStart, sql<boolean>`true`).execute(db)
+  return (rows[0] as { count: number }).count
 }
 
 /** A hit to count inside another statement: the counter, its window and the allowance it is checked against. */
@@ -56,14 +55,8 @@ const withinAllowance = (hits: readonly StatementHit[]) =>
  */
 export function hitsInStatement(hits: readonly StatementHit[]): StatementHits {
   const ctes = hits.map(
-    (hit, index) => sql`${hitName(index)} as (
-      insert into rate_limits as r (key, window_start, count)
-      select ${hit.key}::text, ${hit.windowStart}::timestamptz, 1 where ${withinAllowance(hits.slice(0, index))}
-      on conflict (key) do update set
-        count = case when r.window_start = excluded.window_start then r.count + 1 else 1 end,
-        window_start = excluded.window_start
-      returning count
-    ), `,
+    (hit, index) =>
+      sql`${hitName(index)} as (${countHit(hit.key, hit.windowStart, withinAllowance(hits.slice(0, index)))}), `,
   )
   return {
     ctes: sql.join(ctes, sql``),
