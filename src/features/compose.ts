@@ -189,7 +189,6 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     config,
     passwords,
     tuples: authz.tuples,
-    permissions: authz,
     links,
     endSessions: endUserSessions,
   })
