@@ -17,10 +17,13 @@ import type {
 } from 'fastify'
 import fp from 'fastify-plugin'
 import stringify from 'safe-stable-stringify'
+import type { Config } from '../config.ts'
 import type { AlongWith } from '../db/database.ts'
 import { AppError, problemResponses } from '../errors.ts'
+import { RETENTION_BATCH, type RetentionRule, secondsBefore } from '../housekeeping/runner.ts'
 import {
   claimIdempotencyKey,
+  deleteExpiredIdempotencyKeys,
   findIdempotencyKey,
   type IdempotencyKeyRow,
   recordIdempotentAnswer,
@@ -222,6 +225,16 @@ async function idempotencyPlugin(app: FastifyInstance) {
       await releaseIdempotencyKey(app.db, claimed.principalId, claimed.key)
     }
     return payload
+  }
+}
+
+/** Retention: a key and its answer are kept `platform.retention.idempotency-keys`, then go. */
+export function idempotencyKeyRetention(config: Config): RetentionRule {
+  const { idempotencyKeys } = config.retention
+  return {
+    name: 'idempotency_keys',
+    sweep: (db, now) =>
+      deleteExpiredIdempotencyKeys(db, secondsBefore(now, idempotencyKeys), RETENTION_BATCH),
   }
 }
 

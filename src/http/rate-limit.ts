@@ -3,7 +3,7 @@ import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import type { Database } from '../db/schema.ts'
 import { AppError } from '../errors.ts'
-import type { RetentionRule } from '../housekeeping/runner.ts'
+import { RETENTION_BATCH, type RetentionRule, secondsBefore } from '../housekeeping/runner.ts'
 import {
   deleteRateLimitsBefore,
   hitRateLimit,
@@ -174,6 +174,5 @@ export const LONGEST_WINDOW_SECONDS = Math.max(...Object.values(RATE_LIMIT_WINDO
 /** Retention: a counter whose window has passed counts nothing any more. */
 export const rateLimitRetention: RetentionRule = {
   name: 'rate_limits',
-  sweep: (db, now) =>
-    deleteRateLimitsBefore(db, new Date(now.getTime() - LONGEST_WINDOW_SECONDS * 1000), 500),
+  sweep: (db, now) => deleteRateLimitsBefore(db, secondsBefore(now, LONGEST_WINDOW_SECONDS), RETENTION_BATCH),
 }

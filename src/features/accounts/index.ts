@@ -23,6 +23,7 @@ export {
   unlockAccount,
   updatePasswordHash,
 } from './repository.ts'
+export { oneTimeTokenRetention } from './retention.ts'
 export { UserAdministration } from './users.ts'
 
 export default async function accountsFeature(app: FastifyInstance) {

@@ -12,6 +12,7 @@ export {
 } from './authentication.ts'
 export { sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
 export { NewDeviceNotice } from './new-device-notice.ts'
+export { refreshTokenRetention, sessionRetention } from './retention.ts'
 export { PasskeyAssertionBody, SessionResponse } from './schemas.ts'
 export { SessionService, type SignInMethod } from './service.ts'
 export { SessionGate } from './session-gate.ts'

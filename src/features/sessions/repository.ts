@@ -258,3 +258,38 @@ export async function findSessionState(
     .where('sessions.id', '=', sessionId)
     .executeTakeFirst()
 }
+
+/**
+ * Refresh tokens that can never be presented again usefully: expired at `now` and belonging to a
+ * session that has ended. The rotated tokens of a live session stay: reuse detection needs them.
+ */
+export async function deleteDeadRefreshTokens(db: Executor, now: Date, limit: number): Promise<number> {
+  const result = await db
+    .deleteFrom('refresh_tokens')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('refresh_tokens as t')
+        .innerJoin('sessions as s', 's.id', 't.session_id')
+        .select('t.id')
+        .where('t.expires_at', '<', now)
+        .where((w) => w.or([w('s.revoked_at', 'is not', null), w('s.expires_at', '<', now)]))
+        .limit(limit),
+    )
+    .executeTakeFirst()
+  return Number(result.numDeletedRows)
+}
+
+/** Sessions that ended (revoked or past their absolute expiry) before the cutoff, with their tokens. */
+export async function deleteEndedSessions(db: Executor, cutoff: Date, limit: number): Promise<number> {
+  const result = await db
+    .deleteFrom('sessions')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('sessions')
+        .select('id')
+        .where(sql<boolean>`coalesce(revoked_at, expires_at) < ${cutoff}`)
+        .limit(limit),
+    )
+    .executeTakeFirst()
+  return Number(result.numDeletedRows)
+}
