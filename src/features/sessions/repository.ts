@@ -1,6 +1,6 @@
 import { CompiledQuery, type Selectable, sql } from 'kysely'
 import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../../db/schema.ts'
-import type { StatementHits } from '../../http/rate-limit-store.ts'
+import type { StatementHits } from '../../db/statement-limits.ts'
 import { publishRevocation } from '../../security/revocation.ts'
 
 export type SessionRow = Selectable<SessionTable>
@@ -79,8 +79,8 @@ const successorAndTouch = (
     )`
 
 /**
- * The rotation of a refresh token in one statement: counts the route's rate-limit hits (`hits`,
- * src/http/rate-limit.ts `countInStatement`) and, when they stayed within their allowance, claims
+ * The rotation of a refresh token in one statement: counts the route's rate-limit hits (`hits`, of
+ * the `StatementLimits` the service is handed) and, when they stayed within their allowance, claims
  * the token if it is active and its session is live, inserts its successor (expiring at
  * `now + ttlSeconds`, never after the session) and touches the session. Of any number of
  * concurrent callers with one token exactly one gets the session back: the row lock serialises
