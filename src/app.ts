@@ -17,6 +17,7 @@ import filesFeature from './features/files/index.ts'
 import machinePrincipalsFeature from './features/machine-principals/index.ts'
 import organizationsFeature from './features/organizations/index.ts'
 import outboxStatusFeature from './features/outbox-status/index.ts'
+import outboxWorkersPlugin from './features/outbox-workers.ts'
 import passkeysFeature from './features/passkeys/index.ts'
 import permissionChecksFeature from './features/permission-checks/index.ts'
 import servicesPlugin from './features/plugin.ts'
@@ -188,8 +189,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(metricsPlugin)
   await app.register(healthPlugin)
   await app.register(backgroundPlugin)
-  await app.register(mailPlugin, { transport: deps.mailTransport, startWorker: deps.startMailWorker ?? true })
-  await app.register(authzPlugin, { port: deps.authorization, startWorker: deps.startAuthzWorker ?? true })
+  await app.register(mailPlugin, { transport: deps.mailTransport })
+  await app.register(authzPlugin, { port: deps.authorization })
   await app.register(storagePlugin, { store: deps.objectStore })
   await app.register(housekeepingPlugin, { start: deps.startHousekeeping ?? true, rules: retentionRules })
   // Every domain service, built once (src/features/compose.ts).
@@ -199,7 +200,14 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     sessionVersionProvider: deps.sessionVersionProvider,
     passwordResetHandler: deps.passwordResetHandler,
     webhookResolve: deps.webhookResolve,
-    startWebhookWorker: deps.startWebhookWorker ?? true,
+  })
+  // The mail, authorization and webhook outbox workers, started and stopped in one order.
+  await app.register(outboxWorkersPlugin, {
+    start: {
+      mail: deps.startMailWorker ?? true,
+      authz: deps.startAuthzWorker ?? true,
+      webhook: deps.startWebhookWorker ?? true,
+    },
   })
   // The request path: the principal and the route guard, the tenant context, the declared rate
   // limits, idempotent replays.

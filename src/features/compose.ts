@@ -77,8 +77,6 @@ export interface Extensions {
   events?: EventBus | undefined
   /** Resolves webhook endpoints' host names (default: the system's resolver). */
   webhookResolve?: Resolve | undefined
-  /** false: the webhook outbox worker does not poll (CLI; tests drive `services.webhookWorker.runOnce()`). */
-  startWebhookWorker?: boolean | undefined
 }
 
 export interface Services {
@@ -111,7 +109,7 @@ export interface Services {
   purchaseRequests: PurchaseRequests
   /** An organization's webhook endpoints (/api/webhooks). */
   webhooks: Webhooks
-  /** Delivers the webhook outbox. */
+  /** Delivers the webhook outbox (started and stopped by src/features/outbox-workers.ts). */
   webhookWorker: WebhookOutboxWorker
   /** What an organization's mail and webhook outboxes hold (/api/outbox-status). */
   outboxStatus: OutboxStatus
@@ -290,13 +288,11 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     async start() {
       lastUse.start()
       stopFollowingConfig = await orgConfig.followChanges(ports.database.listen, log)
-      if (extensions.startWebhookWorker !== false) await webhookWorker.start()
       unlistenRevocations = await listenForRevocations(ports.database.listen, revocationListeners, log)
     },
     async stop() {
       await stopFollowingConfig?.()
       await unlistenRevocations?.()
-      await webhookWorker.stop()
       await lastUse.stop()
     },
   }
