@@ -1,4 +1,5 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
+import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
 import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
@@ -35,7 +36,7 @@ import {
 } from './repository.ts'
 
 /** How often the last use of API keys is written (one batch, never a write per request). */
-export const LAST_USE_FLUSH_MS = 60_000
+const LAST_USE_FLUSH_MS = 60_000
 
 const KEY_BYTES = 32
 const DISPLAY_CHARS = 8
@@ -429,5 +430,28 @@ export class ApiKeys implements RevocationListener {
     const batch = new Map(this.#lastUse)
     this.#lastUse.clear()
     await recordApiKeyUse(this.#deps.db, batch)
+  }
+}
+
+/**
+ * Writes the last use `apiKeys` gathers in one batch a minute while started, and what is left on
+ * stop; a failed write is logged, never thrown.
+ */
+export function lastUseFlush(
+  apiKeys: ApiKeys,
+  log: Pick<FastifyBaseLogger, 'warn'>,
+): { start(): void; stop(): Promise<void> } {
+  const flush = () =>
+    apiKeys.flushLastUse().catch((error: unknown) => log.warn({ err: error }, 'recording API key use failed'))
+  let timer: NodeJS.Timeout | undefined
+  return {
+    start() {
+      timer = setInterval(flush, LAST_USE_FLUSH_MS)
+      timer.unref()
+    },
+    async stop() {
+      clearInterval(timer)
+      await flush()
+    },
   }
 }
