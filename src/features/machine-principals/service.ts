@@ -9,6 +9,7 @@ import type { Config } from '../../config.ts'
 import { runWithTenant } from '../../context.ts'
 import { inTransaction } from '../../db/database.ts'
 import { InvalidatedCache } from '../../db/invalidated-cache.ts'
+import { type Page, page, rowsToRead } from '../../db/paging.ts'
 import type { Database } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError, validationFailed } from '../../errors.ts'
@@ -366,20 +367,16 @@ export class ApiKeys implements RevocationListener {
   async pageByAdmin(
     principal: UserPrincipal,
     options: { limit: number; state?: ApiKeyState | undefined; after?: ApiKeyPageKey | undefined },
-  ): Promise<{ items: ReturnType<typeof toApiKey>[]; next: ApiKeyPageKey | null }> {
+  ): Promise<Page<ReturnType<typeof toApiKey>, ApiKeyPageKey>> {
     const tenant = await this.#authorize(principal)
     const rows = await listApiKeys(this.#deps.db, tenant, {
       now: this.#deps.clock.now(),
       state: options.state,
       after: options.after,
-      limit: options.limit + 1,
+      limit: rowsToRead(options.limit),
     })
-    const items = rows.slice(0, options.limit)
-    const last = items.at(-1)
-    return {
-      items: items.map(toApiKey),
-      next: rows.length > options.limit && last ? { createdAt: last.created_at, id: last.id } : null,
-    }
+    const { items, next } = page(rows, options.limit, (last) => ({ createdAt: last.created_at, id: last.id }))
+    return { items: items.map(toApiKey), next }
   }
 
   /**
