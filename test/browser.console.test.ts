@@ -549,6 +549,102 @@ describe('the console in Chromium', () => {
     await context.close()
   })
 
+  it('offers a purchase request’s steps the service allows (POST /api/authz/check), and shows the service’s refusal of a step', async () => {
+    const admin = await newUser(t.app, { role: 'admin' })
+    const member = await newUser(t.app, { organizationId: admin.organizationId })
+    const adminSession = await signIn(t.app, admin)
+    const asAdmin = (method: 'POST', url: string, payload?: object) =>
+      t.app.inject({ method, url, cookies: { access_token: adminSession.access }, payload })
+    const created = await asAdmin('POST', '/api/purchase-requests', { title: 'Ergonomic keyboards' })
+    const id = created.json().id as string
+    expect((await asAdmin('POST', `/api/purchase-requests/${id}/submit`)).statusCode).toBe(200)
+
+    const context = await browser.newContext()
+    const { page, errors } = await visit(context)
+    // The permission checks the page asks, with the service's answers; `override` stands in for the
+    // service's answer when set.
+    const checks: { body: unknown; allowed: boolean }[] = []
+    let override: boolean | undefined
+    await page.route(
+      (url) => url.pathname === '/api/authz/check',
+      async (route) => {
+        const body = route.request().postDataJSON()
+        if (override !== undefined) {
+          checks.push({ body, allowed: override })
+          return route.fulfill({ status: 200, json: { allowed: override } })
+        }
+        const answer = await route.fetch()
+        const { allowed } = (await answer.json()) as { allowed: boolean }
+        checks.push({ body, allowed })
+        return route.fulfill({ response: answer })
+      },
+    )
+    const actions = () => page.locator('#pr-actions button').allTextContents()
+    const open = async () => {
+      await page.evaluate(`location.hash = '#/account'`)
+      await expect.poll(() => heading(page)).toBe('My account')
+      await page.evaluate(`location.hash = '#/purchase-requests/${id}'`)
+      // Three answers (the request, its history, the permission check) before the status shows.
+      await expect.poll(() => page.locator('#pr-status').textContent(), { timeout: 10_000 }).toBe('Submitted')
+    }
+
+    // A member: the service says no to can_edit, so no approval and no upload are offered.
+    await signInThroughConsole(page, base, member)
+    await expect.poll(() => page.locator('#who').textContent()).toContain('Member')
+    await open()
+    expect(checks).toEqual([
+      { body: { relation: 'can_edit', objectType: 'purchase_request', objectId: id }, allowed: false },
+    ])
+    expect(await actions()).toEqual(['Create PDF report'])
+    expect(await page.locator('#attach').count()).toBe(0)
+    expect(await inApp(page).textContent()).toContain('Waiting for approval, which you may not give.')
+
+    // Had the service said yes, the member would be offered Approve and the upload: the console
+    // follows the answer. Approving then meets the service's own refusal, shown with its code.
+    override = true
+    await open()
+    expect(await actions()).toEqual(['Approve', 'Create PDF report'])
+    expect(await page.locator('#attach').count()).toBe(1)
+    await page.getByRole('button', { name: 'Approve', exact: true }).click()
+    await expect
+      .poll(() => page.locator('#error-pr').textContent())
+      .toBe('You may not approve this purchase request (ACCESS_DENIED)')
+    expect(await page.locator('#pr-status').textContent()).toBe('Submitted')
+    // The navigation never followed the permission check: a member has no organization screens.
+    expect(await navLinks(page)).toEqual(['My account', 'Purchase requests'])
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click()
+    await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
+
+    // An admin whom the service told no is offered no Approve either: the answer decides, not the role.
+    override = false
+    await signInThroughConsole(page, base, admin)
+    await open()
+    expect(await actions()).toEqual(['Create PDF report'])
+    expect(await page.locator('#attach').count()).toBe(0)
+
+    // With the service's real answer, Approve is offered; the request is approved elsewhere before
+    // the click: the 409 is shown, and the page shows the request as it now is.
+    override = undefined
+    await open()
+    expect(await actions()).toEqual(['Approve', 'Create PDF report'])
+    expect(await page.locator('#attach').count()).toBe(1)
+    expect((await asAdmin('POST', `/api/purchase-requests/${id}/approve`)).statusCode).toBe(200)
+    await page.getByRole('button', { name: 'Approve', exact: true }).click()
+    await expect
+      .poll(() => page.locator('#error-pr').textContent())
+      .toBe('An APPROVED purchase request cannot be approved (INVALID_TRANSITION)')
+    await expect.poll(() => page.locator('#pr-status').textContent()).toBe('Approved')
+    expect(await actions()).toEqual(['Create PDF report'])
+    await checkScreen(page, 'purchase-request-refused')
+
+    // Only the browser's own notes of the two refusals.
+    expect(errors).toHaveLength(2)
+    expect(
+      errors.every((e) => /Failed to load resource: the server responded with a status of (403|409)/.test(e)),
+    ).toBe(true)
+    await context.close()
+  }, 120_000)
+
   it('walks a member through their account and purchase requests, with no admin screen and no admin button', async () => {
     const admin = await newUser(t.app, { role: 'admin' })
     const member: TestUser = await newUser(t.app, { organizationId: admin.organizationId })
