@@ -645,6 +645,90 @@ describe('the console in Chromium', () => {
     await context.close()
   }, 120_000)
 
+  it('shows what the service answers as text, never as markup: the account, and the QR code drawn from its shapes only', async () => {
+    const member = await newUser(t.app)
+    const context = await browser.newContext()
+    const { page, errors } = await visit(context)
+    const requested: string[] = []
+    context.on('request', (request) => requested.push(new URL(request.url()).pathname))
+    const hostileEmail = '<img src=x onerror="globalThis.pwned=1">mallory@example.com'
+    const hostileOrganization = '<b>Acme</b><img src=x onerror="globalThis.pwned=2">'
+    await page.route(
+      (url) => url.pathname === '/api/auth/me',
+      async (route) => {
+        const answer = await route.fetch()
+        const me = await answer.json()
+        return route.fulfill({
+          response: answer,
+          json: { ...me, email: hostileEmail, organizationName: hostileOrganization },
+        })
+      },
+    )
+    // The setup's SVG, with what a QR code never holds put into it; then text that is no SVG at all.
+    let qrCodeSvg = (svg: string) =>
+      svg
+        .replace('<svg ', '<svg onload="globalThis.pwned=3" ')
+        .replace(
+          '</svg>',
+          '<script>globalThis.pwned=4</script>' +
+            '<foreignObject><img xmlns="http://www.w3.org/1999/xhtml" src="x" onerror="globalThis.pwned=5"/></foreignObject>' +
+            '<a href="javascript:globalThis.pwned=6"><rect width="9" height="9"/></a>' +
+            '<path d="M0 0h1" fill="url(https://example.com/x.svg#p)" onclick="globalThis.pwned=7"/></svg>',
+        )
+    await page.route(
+      (url) => url.pathname === '/api/auth/otp/setup',
+      async (route) => {
+        const answer = await route.fetch()
+        const setup = await answer.json()
+        return route.fulfill({ response: answer, json: { ...setup, qrCodeSvg: qrCodeSvg(setup.qrCodeSvg) } })
+      },
+    )
+    await signInThroughConsole(page, base, member)
+    await expect.poll(() => page.locator('#who .who-email').textContent()).toBe(hostileEmail)
+    expect(await page.locator('#who .who-org').textContent()).toContain(hostileOrganization)
+    await expect.poll(() => inApp(page).textContent()).toContain(hostileEmail)
+    expect(await inApp(page).textContent()).toContain(hostileOrganization)
+    expect(await page.locator('img, b').count()).toBe(0)
+
+    await page.getByRole('button', { name: 'Set up' }).click()
+    await expect.poll(() => page.locator('#otp-qr svg').count()).toBe(1)
+    const qr = page.locator('#otp-qr')
+    // The QR code's own paths are drawn; nothing else of the answer is in the page.
+    expect(await qr.locator('path').count()).toBeGreaterThan(1)
+    expect(await qr.locator('script, foreignObject, img, a, rect').count()).toBe(0)
+    const attributes = await qr.evaluate((element) =>
+      [...element.querySelectorAll('*')].flatMap((node) =>
+        [...node.attributes].map((a) => `${a.name}=${a.value}`),
+      ),
+    )
+    expect(attributes.filter((a) => /^on|url\(|javascript:/i.test(a))).toEqual([])
+    expect(await page.locator('#otp-qr svg').getAttribute('aria-label')).toBe(
+      'QR code of the secret, for the authenticator app',
+    )
+    expect(await page.locator('#otp-secret').textContent()).toMatch(/^Secret: [A-Z2-7]+$/)
+    await checkScreen(page, 'two-factor-qr')
+
+    qrCodeSvg = () => '<img src=x onerror="globalThis.pwned=8">'
+    await page.getByRole('button', { name: 'Cancel' }).click()
+    await page.getByRole('button', { name: 'Set up' }).click()
+    await expect
+      .poll(() => qr.textContent())
+      .toBe('The QR code could not be shown: type the secret into the app.')
+    expect(await page.locator('img').count()).toBe(0)
+    expect(await page.locator('#otp-secret').textContent()).toMatch(/^Secret: [A-Z2-7]+$/)
+
+    expect(await page.evaluate('globalThis.pwned')).toBeUndefined()
+    // Nothing was loaded from the answers: an <img src=x> in the page would have asked for /x.
+    expect(requested.filter((pathname) => pathname === '/x')).toEqual([])
+    // Parsing the hostile answer (into a document of its own, whence only shapes are copied) makes
+    // the browser check its inline handlers, and the inline styles of its report on text that is no
+    // XML, against the page's policy: those refusals are all the page logs.
+    const refused =
+      /violates the following Content Security Policy directive .* The action has been blocked\.$/
+    expect(errors.filter((error) => !refused.test(error))).toEqual([])
+    await context.close()
+  }, 60_000)
+
   it('walks a member through their account and purchase requests, with no admin screen and no admin button', async () => {
     const admin = await newUser(t.app, { role: 'admin' })
     const member: TestUser = await newUser(t.app, { organizationId: admin.organizationId })
