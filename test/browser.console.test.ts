@@ -621,6 +621,9 @@ describe('the console in Chromium', () => {
     await open()
     expect(await actions()).toEqual(['Create PDF report'])
     expect(await page.locator('#attach').count()).toBe(0)
+    // Nor does it for an admin: the organization's screens follow the role of the account record
+    // (GET /api/auth/me), as the service's account administration does.
+    expect(await navLinks(page)).toContain('Users')
 
     // With the service's real answer, Approve is offered; the request is approved elsewhere before
     // the click: the 409 is shown, and the page shows the request as it now is.
