@@ -39,7 +39,6 @@ const INFRASTRUCTURE = [
 const ROUTE_HTTP_FILES = [
   'src/http/rate-limit.ts', // `rateLimit` rules and the refresh's `statementLimits`
   'src/http/idempotency.ts', // `idempotentCreate`, for routes marked `idempotent`
-  'src/http/keyset-cursor.ts', // the cursor of lists paged by creation time
 ]
 
 type Room =
