@@ -40,7 +40,10 @@ export function page<Row, Key>(
   return { items, next: rows.length > limit && last !== undefined ? keyOf(last) : null }
 }
 
-/** Whether a Date is of a year PostgreSQL stores (1 to 9999); a Date reaches ±275760. */
+/**
+ * Whether a cursor's time can be one a list wrote from a stored time: years 1 to 9999. A Date
+ * reaches ±275760 years, much of which PostgreSQL (and PGlite) refuse as out of range.
+ */
 const storable = (date: Date) =>
   !Number.isNaN(date.getTime()) && date.getUTCFullYear() >= 1 && date.getUTCFullYear() <= 9999
 
