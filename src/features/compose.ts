@@ -24,11 +24,14 @@ import { AccessTokens } from '../security/tokens.ts'
 import type { ObjectStore } from '../storage/port.ts'
 import {
   AccountLinks,
+  EmailChanges,
+  EmailProofs,
   incrementSessionVersion,
   OtpService,
   OwnAccount,
   type PasswordResetHandler,
   PasswordResets,
+  SignUps,
   UserAdministration,
 } from './accounts/index.ts'
 import { AuditEvents } from './audit-events/index.ts'
@@ -42,9 +45,11 @@ import {
   AccountAuthenticator,
   accountSessionVersions,
   type CredentialAuthenticator,
+  EmailSignIns,
   endOtherUserSessions,
   endUserSessions,
   NewDeviceNotice,
+  type SecondFactorCheck,
   SessionGate,
   SessionService,
   type SessionVersionProvider,
@@ -108,6 +113,12 @@ export interface Services {
   /** The signed-in user's own account: GET /api/auth/me, the password change. */
   ownAccount: OwnAccount
   passwordReset: PasswordResetHandler
+  /** Self-service sign-up, proved by a mailed link or code. */
+  signUps: SignUps
+  /** Sign-in with a mailed link or code. */
+  emailSignIns: EmailSignIns
+  /** The signed-in user's address change, proved by a mailed link or code. */
+  emailChanges: EmailChanges
   newDeviceNotice: NewDeviceNotice
   otp: OtpService
   passkeys: PasskeyService
@@ -161,22 +172,17 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     box: new SecretBox(jwtSecrets(config), 'otp-secret-encryption'),
   })
   const passkeys = new PasskeyService({ audit, db, clock, config })
-  const accountAuthenticator = new AccountAuthenticator({
-    audit,
-    db,
-    clock,
-    config,
-    passwords,
-    // A passkey of the account in place of the OTP code; otherwise the code when OTP is on.
-    secondFactor: async (account, { otpCode, passkey }) => {
-      if (passkey) {
-        await passkeys.verifySecondFactor(account.id, passkey)
-        return 'passkey'
-      }
-      if (!account.otp_enabled) return null
-      return (await otp.verifyAtLogin(account, otpCode)) ? 'otp' : false
-    },
-  })
+  // A passkey of the account in place of the OTP code; otherwise the code when OTP is on. The same
+  // check for a password login and an email sign-in.
+  const secondFactor: SecondFactorCheck = async (account, { otpCode, passkey }) => {
+    if (passkey) {
+      await passkeys.verifySecondFactor(account.id, passkey)
+      return 'passkey'
+    }
+    if (!account.otp_enabled) return null
+    return (await otp.verifyAtLogin(account, otpCode)) ? 'otp' : false
+  }
+  const accountAuthenticator = new AccountAuthenticator({ audit, db, clock, config, passwords, secondFactor })
   const serviceAccounts = new ServiceAccounts({ audit, db, clock, config, tokens, tuples: authz.tuples })
   const apiKeys = new ApiKeys({ audit, db, clock, config, tokens, tuples: authz.tuples, permissions: authz })
 
@@ -201,6 +207,18 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     passwords,
     links,
     endSessions: endUserSessions,
+  })
+  const proofs = new EmailProofs({ config, sealMail: ports.mail.seal })
+  const signUps = new SignUps({ audit, db, clock, config, passwords, tuples: authz.tuples, proofs })
+  const emailSignIns = new EmailSignIns({ audit, db, clock, config, proofs, secondFactor })
+  const emailChanges = new EmailChanges({
+    audit,
+    db,
+    clock,
+    config,
+    passwords,
+    proofs,
+    endOtherSessions: endOtherUserSessions,
   })
   const ownAccount = new OwnAccount({
     audit,
@@ -288,6 +306,9 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     users,
     ownAccount,
     passwordReset: extensions.passwordResetHandler ?? passwordResets,
+    signUps,
+    emailSignIns,
+    emailChanges,
     newDeviceNotice: new NewDeviceNotice({ db, clock, config }),
     otp,
     passkeys,

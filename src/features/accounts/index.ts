@@ -3,10 +3,19 @@
 // profile, password change, password reset and two-factor setup under /api/auth.
 import type { FastifyInstance } from 'fastify'
 import accountRoutes from './account-routes.ts'
+import emailRoutes from './email-routes.ts'
 import userRoutes from './user-routes.ts'
 
 export { AccountLinks } from './account-links.ts'
 export { accountLocked, type EndOtherSessions, type EndUserSessions } from './accounts.ts'
+export { EmailChanges } from './email-change.ts'
+export { deleteSpentEmailProofs } from './email-proof-repository.ts'
+export {
+  EMAIL_PROOF_PAGES,
+  type EmailProof,
+  EmailProofs,
+  emailProofInvalid,
+} from './email-proofs.ts'
 export { OtpService } from './otp.ts'
 export { OwnAccount } from './own-account.ts'
 export { type PasswordResetHandler, PasswordResets } from './password-reset.ts'
@@ -23,9 +32,11 @@ export {
   unlockAccount,
   updatePasswordHash,
 } from './repository.ts'
+export { proofMethod, SignUps } from './sign-up.ts'
 export { UserAdministration } from './users.ts'
 
 export default async function accountsFeature(app: FastifyInstance) {
   await app.register(accountRoutes, { prefix: '/api/auth' })
   await app.register(userRoutes, { prefix: '/api/users' })
+  await app.register(emailRoutes, { prefix: '/api/account' })
 }

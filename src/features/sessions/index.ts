@@ -2,6 +2,7 @@
 // /api/auth, the built-in credential check, session versions and the new-device notice.
 import type { FastifyInstance } from 'fastify'
 import type { Tx } from '../../db/schema.ts'
+import emailRoutes from './email-routes.ts'
 import { revokeSessions } from './repository.ts'
 import sessionRoutes from './routes.ts'
 
@@ -9,8 +10,10 @@ export {
   AccountAuthenticator,
   type CredentialAuthenticator,
   type PasskeyAssertion,
+  type SecondFactorCheck,
 } from './authentication.ts'
 export { sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
+export { EmailSignIns } from './email-sign-in.ts'
 export { NewDeviceNotice } from './new-device-notice.ts'
 export { PasskeyAssertionBody, SessionResponse } from './schemas.ts'
 export { SessionService, type SignInMethod } from './service.ts'
@@ -41,4 +44,5 @@ export function endOtherUserSessions(
 
 export default async function sessionsFeature(app: FastifyInstance) {
   await app.register(sessionRoutes, { prefix: '/api/auth' })
+  await app.register(emailRoutes, { prefix: '/api/auth' })
 }
