@@ -36,7 +36,7 @@ const verifyChange = (session: Session | null, payload: Record<string, unknown>)
 const emailOf = async (id: string) =>
   (await t.app.db.selectFrom('accounts').select('email').where('id', '=', id).executeTakeFirstOrThrow()).email
 
-async function asked(user: TestUser, session: Session, newEmail = uniqueEmail('moved')) {
+async function asked(session: Session, newEmail = uniqueEmail('moved')) {
   const res = await requestChange(session, { newEmail, currentPassword: PASSWORD })
   expect(res.statusCode).toBe(202)
   expect(res.json()).toEqual({})
@@ -48,7 +48,7 @@ describe('POST /api/account/email', () => {
   it('mails a link and code to the new address and a notice to the current one, and changes nothing yet', async () => {
     const user = await newUser(t.app)
     const session = await signIn(t.app, user)
-    await asked(user, session)
+    await asked(session)
     const notices = await mailsTo(t.smtp, user.email)
     expect(notices).toHaveLength(1)
     expect(notices[0]?.text).toMatch(/asked to change its email address/)
@@ -107,7 +107,7 @@ describe('POST /api/account/email/verify', () => {
     const user = await newUser(t.app)
     const session = await signIn(t.app, user)
     const other = await signIn(t.app, user)
-    const { newEmail, proof } = await asked(user, session)
+    const { newEmail, proof } = await asked(session)
     t.smtp.clear()
     expect((await verifyChange(session, { email: newEmail, code: proof.code })).statusCode).toBe(204)
     expect(await emailOf(user.id)).toBe(newEmail)
@@ -133,7 +133,7 @@ describe('POST /api/account/email/verify', () => {
   it("refuses another account's proof as if it did not exist, and a taken address with 409 ACCOUNT_EXISTS", async () => {
     const user = await newUser(t.app)
     const session = await signIn(t.app, user)
-    const { newEmail, proof } = await asked(user, session)
+    const { newEmail, proof } = await asked(session)
     const stranger = await signIn(t.app, await newUser(t.app))
     expectProblem(await verifyChange(stranger, { token: proof.token }), 400, 'EMAIL_PROOF_INVALID')
     // The address got an account since the request (another organization invited it, say).
