@@ -11,7 +11,6 @@ import {
   refresh,
   type Session,
   signIn,
-  type TestUser,
   uniqueEmail,
   useMailTestApp,
 } from './helpers/accounts.ts'
