@@ -1,6 +1,8 @@
 // The accounts feature: the account table, administration of an organization's users under
-// /api/users (list, invite, role, unlock, deactivate, reactivate, reset), and the account's own
-// profile, password change, password reset and two-factor setup under /api/auth.
+// /api/users (list, invite, role, unlock, deactivate, reactivate, reset), the account's own
+// profile, password change, password reset and two-factor setup under /api/auth, its address
+// change under /api/account, and the mailed proofs (link and code) of sign-up, email sign-in and
+// email change.
 import type { FastifyInstance } from 'fastify'
 import accountRoutes from './account-routes.ts'
 import emailRoutes from './email-routes.ts'

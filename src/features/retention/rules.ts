@@ -6,6 +6,7 @@ import type { RetentionRule } from '../../housekeeping/runner.ts'
 import { deleteExpiredIdempotencyKeys } from '../../http/idempotency-store.ts'
 import { rateLimitRetention } from '../../http/rate-limit.ts'
 import type { ObjectStore } from '../../storage/port.ts'
+import { deleteSpentEmailProofs } from '../accounts/index.ts'
 import { stagingKey } from '../files/index.ts'
 import { deleteExpiredChallenges } from '../passkeys/index.ts'
 import { deleteOldDeliveries } from '../webhooks/index.ts'
@@ -44,6 +45,11 @@ export function retentionRules(config: Config, deps: { store: ObjectStore }): Re
     {
       name: 'one_time_tokens',
       sweep: (db, now) => deleteSpentOneTimeTokens(db, before(now, oneTimeTokens), BATCH),
+    },
+    // Sign-up, email sign-in and email change proofs, used or expired: as long as the other links.
+    {
+      name: 'email_proofs',
+      sweep: (db, now) => deleteSpentEmailProofs(db, before(now, oneTimeTokens), BATCH),
     },
     {
       name: 'files',
