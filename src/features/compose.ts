@@ -195,7 +195,6 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     config,
     passwords,
     tuples: authz.tuples,
-    permissions: authz,
     links,
     endSessions: endUserSessions,
   })

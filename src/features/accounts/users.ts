@@ -1,6 +1,5 @@
 import type { Kysely } from 'kysely'
 import { type AuditActor, type AuditTrail, actorOf } from '../../audit/index.ts'
-import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
@@ -45,8 +44,6 @@ export interface UserAdministrationDeps {
   config: Config
   passwords: PasswordHasher
   tuples: TupleRecorder
-  /** Who may administer an organization's users (`admin` on the organization). */
-  permissions: Permissions
   links: AccountLinks
   endSessions: EndUserSessions
 }
@@ -69,9 +66,12 @@ const holdsRoleTuple = (account: AccountRow) =>
 /**
  * Account administration by an organization's admins: list, invite, change a role, unlock, resend
  * an invitation, deactivate, reactivate and the admin-triggered reset; and by operators (the CLI,
- * the demo seed): create. The organization is the request's tenant; the admin relation is checked
- * through the authorization port. Every change is one transaction, with its role tuple, email and
- * audit event in it.
+ * the demo seed): create. The organization is the request's tenant. Who may administer is decided
+ * by the caller's account row, read in the operation's transaction (active, role `admin`, of the
+ * tenant's organization), never by the authorization server: role tuples are written for the
+ * resources that use them, and a tuple that lags behind the account table (queued, or an
+ * authorization server that is down) neither grants nor blocks administration. Every change is one
+ * transaction, with its role tuple, email and audit event in it.
  */
 export class UserAdministration {
   readonly #deps: UserAdministrationDeps
@@ -81,20 +81,24 @@ export class UserAdministration {
   }
 
   /**
-   * The decision: the caller must hold `admin` on the tenant's organization (403 ACCESS_DENIED
-   * otherwise). Returns the organization the operation acts in.
+   * The decision, first in every operation's transaction: the caller's own account row must be
+   * active, `admin` and of the tenant's organization (403 ACCESS_DENIED otherwise, before any
+   * target is looked up, so a member learns nothing about which accounts exist). Returns the
+   * organization the operation acts in.
    */
-  #authorize(caller: UserPrincipal): Promise<TenantScope> {
-    return organizationAdmin(this.#deps.permissions, caller)
+  async #authorize(trx: Tx, caller: UserPrincipal): Promise<TenantScope> {
+    const tenant = tenantScope()
+    await this.#admin(trx, caller, tenant)
+    return tenant
   }
 
   /**
-   * The caller's own account, read again inside the operation's transaction: an admin deactivated
-   * or demoted by a transaction that committed after the decision (before its role tuple reached
-   * the authorization server) cannot finish the operation.
+   * The caller's account row as the decision reads it. Operations that lock the organization's
+   * admins read it again once they hold the locks: an admin deactivated or demoted by a transaction
+   * that committed in between cannot finish the operation.
    */
-  async #admin(db: Kysely<Database> | Tx, caller: UserPrincipal, tenant: TenantScope): Promise<AccountRow> {
-    const account = await findAccount(db, caller.userId)
+  async #admin(trx: Tx, caller: UserPrincipal, tenant: TenantScope): Promise<AccountRow> {
+    const account = await findAccount(trx, caller.userId)
     if (!account?.active || account.role !== 'admin' || account.organization_id !== tenant.organizationId) {
       throw new AppError('ACCESS_DENIED', 'This operation needs an organization admin')
     }
@@ -138,13 +142,13 @@ export class UserAdministration {
     along?: AlongWith<{ userId: string }>,
   ): Promise<{ userId: string }> {
     const { db, clock, links } = this.#deps
-    const tenant = await this.#authorize(caller)
-    if (input.organizationId !== tenant.organizationId) {
-      throw new AppError('ACCESS_DENIED', 'Admins invite users to their own organization only')
-    }
     const email = normalizeEmail(input.email)
     return accountExists(() =>
       inTransaction(db, async (trx) => {
+        const tenant = await this.#authorize(trx, caller)
+        if (input.organizationId !== tenant.organizationId) {
+          throw new AppError('ACCESS_DENIED', 'Admins invite users to their own organization only')
+        }
         // An unusable random hash: no password works until the invitee sets one through the link.
         const account = await this.#insert(trx, {
           organizationId: tenant.organizationId,
@@ -170,13 +174,13 @@ export class UserAdministration {
 
   async deactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
     const { db } = this.#deps
-    // A member is refused before anything is locked or revealed.
-    const tenant = await this.#authorize(caller)
-    return inTransaction(db, (trx) =>
-      this.#deactivate(trx, tenant, userId, actorOf(caller), () =>
+    return inTransaction(db, async (trx) => {
+      // A member is refused before anything is locked or revealed.
+      const tenant = await this.#authorize(trx, caller)
+      return this.#deactivate(trx, tenant, userId, actorOf(caller), () =>
         this.#admin(trx, caller, tenant).then(() => {}),
-      ),
-    )
+      )
+    })
   }
 
   /**
@@ -240,8 +244,8 @@ export class UserAdministration {
   async reactivate(caller: UserPrincipal, userId: string): Promise<{ userId: string; active: boolean }> {
     const { db, clock, tuples } = this.#deps
     const now = clock.now()
-    const tenant = await this.#authorize(caller)
     return inTransaction(db, async (trx) => {
+      const tenant = await this.#authorize(trx, caller)
       const target = await this.#target(trx, tenant, userId)
       if (!target.deactivated_at) return { userId, active: target.active }
       // An invitee who never set a password goes back to invited: active once it accepts a fresh
@@ -267,8 +271,8 @@ export class UserAdministration {
    */
   async adminReset(caller: UserPrincipal, userId: string): Promise<void> {
     const { db, clock, links } = this.#deps
-    const tenant = await this.#authorize(caller)
     await inTransaction(db, async (trx) => {
+      const tenant = await this.#authorize(trx, caller)
       const target = await this.#target(trx, tenant, userId)
       if (target.active) return links.send(trx, target, 'PASSWORD_RESET', clock.now())
       if (!target.deactivated_at && PasswordHasher.isUnusable(target.password_hash))
@@ -285,8 +289,10 @@ export class UserAdministration {
     page: { limit: number; status?: UserStatus | undefined; after?: string | undefined },
   ): Promise<{ items: UserItemRow[]; next: string | null }> {
     const { db, clock } = this.#deps
-    const tenant = await this.#authorize(caller)
-    const rows = await listUsers(db, tenant, { ...page, now: clock.now(), limit: page.limit + 1 })
+    const rows = await inTransaction(db, async (trx) => {
+      const tenant = await this.#authorize(trx, caller)
+      return listUsers(trx, tenant, { ...page, now: clock.now(), limit: page.limit + 1 })
+    })
     const items = rows.slice(0, page.limit)
     const last = items.at(-1)
     return { items, next: rows.length > page.limit && last ? last.sort_key : null }
@@ -300,10 +306,10 @@ export class UserAdministration {
    */
   async changeRole(caller: UserPrincipal, userId: string, role: Role): Promise<UserItemRow> {
     const { db, clock, tuples } = this.#deps
-    const tenant = await this.#authorize(caller)
     const now = clock.now()
     const { item, changed } = await inTransaction(db, async (trx) => {
-      // The admins first, as deactivation locks them: two admins demoting each other are serialised.
+      const tenant = await this.#authorize(trx, caller)
+      // Then the admins, as deactivation locks them: two admins demoting each other are serialised.
       const admins = await lockActiveAdmins(trx, tenant)
       const target = await this.#target(trx, tenant, userId)
       await this.#admin(trx, caller, tenant)
@@ -342,11 +348,10 @@ export class UserAdministration {
    */
   async unlock(caller: UserPrincipal, userId: string): Promise<UserItemRow> {
     const { db, clock } = this.#deps
-    const tenant = await this.#authorize(caller)
     const now = clock.now()
     return inTransaction(db, async (trx) => {
+      const tenant = await this.#authorize(trx, caller)
       const target = await this.#target(trx, tenant, userId)
-      await this.#admin(trx, caller, tenant)
       if (target.locked_until && target.locked_until > now) {
         await unlockAccountOfOrganization(trx, tenant, userId, now)
         await this.#deps.audit.record(trx, {
@@ -367,11 +372,10 @@ export class UserAdministration {
    */
   async resendInvitation(caller: UserPrincipal, userId: string): Promise<{ userId: string }> {
     const { db, clock, links } = this.#deps
-    const tenant = await this.#authorize(caller)
     const now = clock.now()
     await inTransaction(db, async (trx) => {
+      const tenant = await this.#authorize(trx, caller)
       const target = await this.#target(trx, tenant, userId)
-      await this.#admin(trx, caller, tenant)
       if (target.active || target.deactivated_at || !PasswordHasher.isUnusable(target.password_hash)) {
         throw new AppError(
           'INVALID_TRANSITION',
