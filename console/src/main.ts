@@ -15,9 +15,10 @@ import { setUpSignIn } from './sign-in.ts'
 
 // The console: signed out, the sign-in form; signed in, a navigation between screens addressed by
 // the URL's fragment (#/users, #/purchase-requests/<id>), the organization's screens for admins
-// only. Every call goes through the typed client (client/) or the client generated the same way for
-// the console's own resources (./resources.schema.ts), both with the platform's fetch: cookies,
-// and one refresh and retry on a 401.
+// only (the role of the account record GET /api/auth/me answers with). Every call goes through the
+// typed client (client/) or the client generated the same way for the console's own resources
+// (./resources.schema.ts), both with the platform's fetch: cookies, and one refresh and retry on a
+// 401.
 
 const byId = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T
 
