@@ -22,6 +22,7 @@ export const TARGETS: readonly { file: string; keeps: (p: string) => boolean; ti
     title: 'the platform client',
     keeps: (p) =>
       (p.startsWith('/api/auth/') && p !== '/api/auth/service-token') ||
+      p.startsWith('/api/account/') ||
       p.startsWith('/api/authz/') ||
       p.startsWith('/api/storage/') ||
       p.startsWith('/api/organizations/'),

@@ -86,6 +86,10 @@ export const ConfigSchema = Type.Object({
       invitePerHour: Count(5),
       /** Passkey sign-in options (each stores a challenge) per client address. */
       passkeyOptionsPerMinute: Count(60),
+      /** Requests that mail a proof (sign-up, email sign-in, email change) per client address. */
+      emailProofPerMinute: Count(10),
+      /** The same requests per address mailed: resending is limited. */
+      emailProofPerHour: Count(5),
     }),
     cookie: Type.Object({
       accessTokenName: Type.String({ pattern: '^[A-Za-z0-9_-]+$', default: 'access_token' }),
@@ -109,6 +113,12 @@ export const ConfigSchema = Type.Object({
       hashParallelism: Type.Integer({ minimum: 1, maximum: 16, default: 1 }),
     }),
     invitation: Type.Object({ ttl: Duration('7d') }),
+    /** Self-service sign-up: a new organization and its first admin, once the address is proved. */
+    signUp: Type.Object({ enabled: Type.Boolean({ default: false }) }),
+    /** Sign-in with a link or code mailed to the account's address. */
+    emailSignIn: Type.Object({ enabled: Type.Boolean({ default: false }) }),
+    /** The link and code of sign-up, email sign-in and email change mails. */
+    emailProof: Type.Object({ ttl: Duration('15m', { maximum: 86_400 }), maxAttempts: Count(5) }),
     passwordReset: Type.Object({ ttl: Duration('1h') }),
     sessionVersion: Type.Object({ enabled: Type.Boolean({ default: false }) }),
     passkeys: Type.Object({

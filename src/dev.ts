@@ -17,6 +17,9 @@ try {
   source['platform.auth.cookie.secure'] ??= 'false'
   // Webhooks to a receiver on this machine (http://localhost:…), which production refuses.
   source['platform.webhooks.allow-private-networks'] ??= 'true'
+  // Self-service sign-up and email sign-in to try out; both are off unless enabled elsewhere.
+  source['platform.auth.sign-up.enabled'] ??= 'true'
+  source['platform.auth.email-sign-in.enabled'] ??= 'true'
   // Reachable from this machine only, unless told otherwise.
   source['platform.server.host'] ??= '127.0.0.1'
   port = Number(source['platform.server.port'] ?? 8080)

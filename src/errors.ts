@@ -8,6 +8,7 @@ export const ErrorCatalogue = {
   MALFORMED_JSON: { status: 400, title: 'Malformed JSON body' },
   INVALID_TOKEN: { status: 400, title: 'Invalid or expired token' },
   WEAK_PASSWORD: { status: 400, title: 'Password does not meet the policy' },
+  EMAIL_PROOF_INVALID: { status: 400, title: 'Invalid, expired or used email proof' },
   PASSKEY_REGISTRATION_FAILED: { status: 400, title: 'Passkey registration failed' },
   UNSUPPORTED_CONTENT_TYPE: { status: 400, title: 'Content type not accepted for this resource' },
   AUTHENTICATION_REQUIRED: { status: 401, title: 'Authentication required' },

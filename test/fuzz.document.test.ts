@@ -168,6 +168,11 @@ describe('hostile input generated from the document', () => {
         'platform.auth.rate-limit.reset-per-minute': '100000',
         'platform.auth.rate-limit.invite-per-minute': '100000',
         'platform.auth.rate-limit.refresh-per-minute': '100000',
+        'platform.auth.rate-limit.email-proof-per-minute': '100000',
+        'platform.auth.rate-limit.email-proof-per-hour': '100000',
+        // Every operation of the document answers, sign-up and email sign-in included.
+        'platform.auth.sign-up.enabled': 'true',
+        'platform.auth.email-sign-in.enabled': 'true',
       },
     })
     document = (await t.app.inject({ method: 'GET', url: '/v3/api-docs' })).json()

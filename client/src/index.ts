@@ -116,7 +116,13 @@ export interface PasskeyApi {
 
 // A 401 from these is the answer itself (wrong password, refused passkey), never an expired
 // access token: no refresh, and no retry, which would present a used challenge again.
-const AUTH_PATHS = ['/api/auth/login', '/api/auth/refresh', '/api/auth/passkeys/authentication']
+const AUTH_PATHS = [
+  '/api/auth/login',
+  '/api/auth/refresh',
+  '/api/auth/passkeys/authentication',
+  '/api/auth/email-sign-in/verify',
+  '/api/auth/sign-up/verify',
+]
 const CONFIRM_RETRY_MS = 400
 
 export interface PlatformClient {
@@ -138,6 +144,16 @@ export interface PlatformClient {
   restoreSession(): Promise<SessionState>
   /** Password sign-in; `passkey` (from passkeyAssertion()) stands in for the OTP code. */
   login(body: Schemas['LoginRequest']): Promise<SessionResponse>
+  /**
+   * Proves a sign-up's address with the mailed link's token or the address and code: the new
+   * organization's first admin is signed in. Asking for the sign-up is `api.POST('/api/auth/sign-up')`.
+   */
+  verifySignUp(body: Schemas['EmailProof']): Promise<SessionResponse>
+  /**
+   * Signs in with the mailed link's token or the address and code (and the second factor when the
+   * account has one, as login()). Asking for the mail is `api.POST('/api/auth/email-sign-in')`.
+   */
+  verifyEmailSignIn(body: Schemas['EmailSignInVerification']): Promise<SessionResponse>
   /** Signs in with a passkey alone: usernameless, username-first, or through the autofill. */
   loginWithPasskey(options?: PasskeyLoginOptions): Promise<SessionResponse>
   /**
@@ -386,6 +402,12 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
     },
     async login(body) {
       return signedIn(unwrap(await api.POST('/api/auth/login', { body })))
+    },
+    async verifySignUp(body) {
+      return signedIn(unwrap(await api.POST('/api/auth/sign-up/verify', { body })))
+    },
+    async verifyEmailSignIn(body) {
+      return signedIn(unwrap(await api.POST('/api/auth/email-sign-in/verify', { body })))
     },
     async loginWithPasskey({ username, conditional = false } = {}) {
       const body = await assertion(username, conditional)

@@ -16,6 +16,8 @@ export const AUDIT_EVENT_TYPES = [
   'backup_code.used',
   'passkey.added',
   'passkey.removed',
+  'account.signed_up',
+  'email.changed',
   'user.invited',
   'user.activated',
   'user.deactivated',

@@ -189,6 +189,27 @@ export interface OneTimeTokenTable {
   used_at: Timestamp | null
 }
 
+export type EmailProofPurpose = 'SIGN_UP' | 'EMAIL_SIGN_IN' | 'EMAIL_CHANGE'
+
+/** A mailed proof of an address: a link token and a code, both hashed (src/features/accounts/email-proofs.ts). */
+export interface EmailProofTable {
+  id: Generated<string>
+  purpose: EmailProofPurpose
+  /** The address the proof was mailed to (for an email change, the new one). */
+  email: string
+  /** The account it acts on; null for a sign-up, which has none yet. */
+  account_id: string | null
+  token_hash: string
+  code_hash: string
+  /** Codes tried: wrong ones stay counted, and the proof ends when they reach the maximum. */
+  attempts: Generated<number>
+  /** What the proof completes: a sign-up's password hash and organization name. */
+  data: ColumnType<Record<string, unknown>, string | undefined, string>
+  created_at: Timestamp
+  expires_at: Timestamp
+  used_at: Timestamp | null
+}
+
 export interface OtpBackupCodeTable {
   id: Generated<string>
   account_id: string
@@ -296,6 +317,7 @@ export interface Database {
   authz_tuples: AuthzTupleTable
   mail_outbox: MailOutboxTable
   one_time_tokens: OneTimeTokenTable
+  email_proofs: EmailProofTable
   otp_backup_codes: OtpBackupCodeTable
   known_devices: KnownDeviceTable
   worker_leases: WorkerLeaseTable

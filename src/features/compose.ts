@@ -18,10 +18,13 @@ import { AccessTokens } from '../security/tokens.ts'
 import type { ObjectStore } from '../storage/port.ts'
 import {
   AccountLinks,
+  EmailChanges,
+  EmailProofs,
   OtpService,
   OwnAccount,
   type PasswordResetHandler,
   PasswordResets,
+  SignUps,
   UserAdministration,
 } from './accounts/index.ts'
 import { AuditEvents } from './audit-events/index.ts'
@@ -36,6 +39,7 @@ import {
   accountSessionVersions,
   bumpSessionVersion,
   type CredentialAuthenticator,
+  EmailSignIns,
   endOtherUserSessions,
   endUserSessions,
   NewDeviceNotice,
@@ -101,6 +105,12 @@ export interface Services {
   /** The signed-in user's own account: GET /api/auth/me, the password change. */
   ownAccount: OwnAccount
   passwordReset: PasswordResetHandler
+  /** Self-service sign-up, proved by a mailed link or code. */
+  signUps: SignUps
+  /** Sign-in with a mailed link or code. */
+  emailSignIns: EmailSignIns
+  /** The signed-in user's address change, proved by a mailed link or code. */
+  emailChanges: EmailChanges
   newDeviceNotice: NewDeviceNotice
   otp: OtpService
   passkeys: PasskeyService
@@ -154,14 +164,10 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     box: new SecretBox(jwtSecrets(config), 'otp-secret-encryption'),
   })
   const passkeys = new PasskeyService({ audit, db, clock, config })
-  const accountAuthenticator = new AccountAuthenticator({
-    audit,
-    db,
-    clock,
-    config,
-    passwords,
-    secondFactor: passkeyOrOtp({ passkeys, otp }),
-  })
+  // A passkey of the account in place of the OTP code; otherwise the code when OTP is on: the same
+  // check for a password login and an email sign-in.
+  const secondFactor = passkeyOrOtp({ passkeys, otp })
+  const accountAuthenticator = new AccountAuthenticator({ audit, db, clock, config, passwords, secondFactor })
   const serviceAccounts = new ServiceAccounts({ audit, db, clock, config, tokens, tuples: authz.tuples })
   const apiKeys = new ApiKeys({ audit, db, clock, config, tokens, tuples: authz.tuples, permissions: authz })
 
@@ -185,6 +191,18 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     passwords,
     links,
     endSessions: endUserSessions,
+  })
+  const proofs = new EmailProofs({ config, sealMail: ports.mail.seal })
+  const signUps = new SignUps({ audit, db, clock, config, passwords, tuples: authz.tuples, proofs })
+  const emailSignIns = new EmailSignIns({ audit, db, clock, config, proofs, secondFactor })
+  const emailChanges = new EmailChanges({
+    audit,
+    db,
+    clock,
+    config,
+    passwords,
+    proofs,
+    endOtherSessions: endOtherUserSessions,
   })
   const ownAccount = new OwnAccount({
     audit,
@@ -266,6 +284,9 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     users,
     ownAccount,
     passwordReset: extensions.passwordResetHandler ?? passwordResets,
+    signUps,
+    emailSignIns,
+    emailChanges,
     newDeviceNotice: new NewDeviceNotice({ db, clock, config }),
     otp,
     passkeys,

@@ -6,7 +6,7 @@ import { idempotencyKeyRetention } from '../http/idempotency.ts'
 import { rateLimitRetention } from '../http/rate-limit.ts'
 import { mailOutboxRetention } from '../mail/outbox.ts'
 import type { ObjectStore } from '../storage/port.ts'
-import { oneTimeTokenRetention } from './accounts/index.ts'
+import { emailProofRetention, oneTimeTokenRetention } from './accounts/index.ts'
 import { unfinishedUploadRetention } from './files/index.ts'
 import { passkeyChallengeRetention } from './passkeys/index.ts'
 import { refreshTokenRetention, sessionRetention } from './sessions/index.ts'
@@ -26,6 +26,7 @@ export function retentionRules(config: Config, deps: { store: ObjectStore }): Re
     refreshTokenRetention,
     sessionRetention(config),
     oneTimeTokenRetention(config),
+    emailProofRetention(config),
     unfinishedUploadRetention(config, deps.store),
     idempotencyKeyRetention(config),
     auditEventRetention(config),

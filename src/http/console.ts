@@ -3,9 +3,21 @@
 import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { build } from 'esbuild'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply } from 'fastify'
 
 const ROOT = path.resolve(import.meta.dirname, '../../console')
+
+/**
+ * The console pages mails link to (under platform.web.frontend-url, the token in the query): the
+ * invitation, the password reset, the sign-up, the email sign-in and the email change.
+ */
+export const MAILED_LINK_PAGES = [
+  '/accept-invitation',
+  '/reset-password',
+  '/verify-sign-up',
+  '/email-sign-in',
+  '/verify-email',
+] as const
 
 async function consolePlugin(app: FastifyInstance) {
   const [page, styles, bundle] = await Promise.all([
@@ -37,9 +49,17 @@ async function consolePlugin(app: FastifyInstance) {
     "frame-ancestors 'none'",
     "base-uri 'none'",
   ].join('; ')
-  app.get('/', route, (_request, reply) =>
-    reply.type('text/html; charset=utf-8').header('content-security-policy', policy).send(page),
-  )
+  const sendPage = (_request: unknown, reply: FastifyReply) =>
+    reply
+      .type('text/html; charset=utf-8')
+      .header('content-security-policy', policy)
+      // A link's token is in the address: the page is not kept, and opening it (GET or HEAD, any
+      // number of times, by a person or a mail scanner) uses nothing; only the page's button posts.
+      .header('cache-control', 'no-store')
+      .send(page)
+  app.get('/', route, sendPage)
+  // The pages the mailed links open, each showing what its button will do.
+  for (const path of MAILED_LINK_PAGES) app.get(path, route, sendPage)
   app.get('/console/app.css', route, (_request, reply) =>
     reply.type('text/css; charset=utf-8').header('cache-control', 'no-cache').send(styles),
   )

@@ -22,7 +22,7 @@ export interface RateLimitRule {
    * What is counted: the client address, or a body field, dotted to reach into an object
    * (`caseless`: trimmed and lower-cased, for emails).
    */
-  by: 'ip' | { field: string; caseless?: boolean }
+  by: 'ip' | { field: string; caseless?: boolean; optional?: boolean }
   /** The configured allowance (platform.auth.rate-limit.*). */
   max: keyof Config['auth']['rateLimit']
   window: RateLimitWindow
@@ -35,6 +35,17 @@ export interface RateLimitRule {
    * `failuresOnly` (nothing gives such a hit back).
    */
   inStatement?: boolean
+}
+
+/**
+ * Whether the rule counts this request: a rule by an `optional` body field counts only requests
+ * that carry it (a verify endpoint taking an address and code, or a link's token alone).
+ */
+export function ruleApplies(rule: RateLimitRule, request: { body?: unknown }): boolean {
+  if (rule.by === 'ip' || !rule.by.optional) return true
+  let found: unknown = request.body
+  for (const part of rule.by.field.split('.')) found = (found as Record<string, unknown> | undefined)?.[part]
+  return typeof found === 'string'
 }
 
 /** The concrete limits of a request under the route's rules. */

@@ -6,7 +6,14 @@
 // config and db.
 import type { FastifyInstance, FastifyRequest, onSendHookHandler, preHandlerHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
-import { type CountedHit, enforceRateLimits, giveBack, limitsFor, type RateLimitRule } from './rate-limit.ts'
+import {
+  type CountedHit,
+  enforceRateLimits,
+  giveBack,
+  limitsFor,
+  type RateLimitRule,
+  ruleApplies,
+} from './rate-limit.ts'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -34,7 +41,8 @@ async function rateLimitsPlugin(app: FastifyInstance) {
   const { config, clock, db } = app
   app.decorateRequest('rateLimitRefunds', null)
 
-  const enforce = async (request: FastifyRequest, rules: readonly RateLimitRule[]) => {
+  const enforce = async (request: FastifyRequest, declared: readonly RateLimitRule[]) => {
+    const rules = declared.filter((rule) => ruleApplies(rule, request))
     const hits = await enforceRateLimits(db, clock, limitsFor(rules, config, request))
     const refunds = hits.filter((_hit, index) => rules[index]?.failuresOnly)
     if (refunds.length > 0) request.rateLimitRefunds = refunds

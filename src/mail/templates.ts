@@ -14,6 +14,25 @@ interface BuiltInTemplateData {
   passkey_removed: { name: string }
   /** `at` is an ISO-8601 instant. */
   new_device_login: { userAgent: string; ipAddress: string; at: string }
+  /** A mailed proof of the address: the console link and the six-digit code, each usable once. */
+  sign_up_verification: EmailProofData
+  /** To an address that already has an account, in place of a sign-up's proof. */
+  sign_up_account_exists: Record<string, never>
+  email_sign_in: EmailProofData
+  email_change_verification: EmailProofData
+  /** To the current address, when a change to another one is asked for. */
+  email_change_requested: Record<string, never>
+  /** To an address that already has an account, in place of an email change's proof. */
+  email_change_address_taken: Record<string, never>
+  /** To the former address, once the change is made. */
+  email_changed: Record<string, never>
+}
+
+/** The link (token in its query) and the code of a mailed proof; `minutes` is how long both last. */
+export interface EmailProofData {
+  link: string
+  code: string
+  minutes: number
 }
 
 /**
@@ -115,6 +134,36 @@ ${body}
 
 const SECURITY_FOOTER = 'If this was not you, change your password and contact your administrator.'
 
+/** A mail whose proof is a link and a code: what it is for, the action the link names, the rest. */
+function proofTemplate(
+  subject: string,
+  purpose: string,
+  action: string,
+  ignore: string,
+): MailTemplate<EmailProofData> {
+  const validity = (d: EmailProofData) =>
+    `The link and the code can be used once, within ${d.minutes} minutes. ${ignore}`
+  return {
+    subject: () => subject,
+    text: (d) =>
+      [purpose, '', `${action}:`, d.link, '', `Or enter this code: ${d.code}`, '', validity(d)].join('\n'),
+    body: (d) =>
+      html`<p>${purpose}</p>
+<p><a href="${d.link}">${action}</a></p>
+<p>Or enter this code: <strong style="font-size: 1.4em; letter-spacing: 0.2em">${d.code}</strong></p>
+<p>${validity(d)}</p>`,
+  }
+}
+
+/** A notice without a link or code. */
+function noticeTemplate(subject: string, lines: string[]): MailTemplate<Record<string, never>> {
+  return {
+    subject: () => subject,
+    text: () => lines.join('\n\n'),
+    body: () => ({ markup: lines.map((line) => html`<p>${line}</p>`.markup).join('\n') }),
+  }
+}
+
 const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplateData[K]> } = {
   invitation: {
     subject: (d) => (d.organizationName ? `You are invited to ${d.organizationName}` : 'You are invited'),
@@ -200,6 +249,40 @@ const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplat
 </ul>
 <p>${SECURITY_FOOTER}</p>`,
   },
+  sign_up_verification: proofTemplate(
+    'Confirm your email address',
+    'Someone signed up with this email address.',
+    'Confirm your address and create your organization',
+    'If you did not sign up, ignore this email: nothing is created until the address is confirmed.',
+  ),
+  sign_up_account_exists: noticeTemplate('Sign-up attempt with your email address', [
+    'Someone tried to sign up with your email address, which already has an account.',
+    'If it was you, sign in, or reset your password if you have forgotten it. Otherwise ignore this email: nothing was changed.',
+  ]),
+  email_sign_in: proofTemplate(
+    'Your sign-in link',
+    'Someone asked to sign in to your account with this email address.',
+    'Sign in',
+    'If you did not ask for this, ignore this email.',
+  ),
+  email_change_verification: proofTemplate(
+    'Confirm your new email address',
+    'Someone asked to use this email address for their account.',
+    'Confirm the new address',
+    'If you did not ask for this, ignore this email: the address is not changed until it is confirmed.',
+  ),
+  email_change_requested: noticeTemplate('Your email address is about to change', [
+    'Someone signed in to your account asked to change its email address. The change is made only once the new address is confirmed.',
+    SECURITY_FOOTER,
+  ]),
+  email_change_address_taken: noticeTemplate('Email change attempt with your address', [
+    'Someone asked to move another account to your email address, which already has an account. Nothing was changed.',
+    'If it was you, sign in with this address instead.',
+  ]),
+  email_changed: noticeTemplate('Your email address was changed', [
+    'The email address of your account was changed; this address no longer signs in.',
+    SECURITY_FOOTER,
+  ]),
 }
 
 /**

@@ -48,6 +48,7 @@ const CONNECTIONS_MAX = Number(process.env.BENCH_CONNECTIONS ?? 10)
 
 const json = { 'content-type': 'application/json' }
 const loginBody = JSON.stringify({ username: BENCH_USER.email, password: BENCH_USER.password })
+const signUpBody = { password: BENCH_USER.password, organizationName: 'Bench sign-up' }
 
 function cookieValue(setCookie: string[] | string | null | undefined, name: string): string {
   for (const line of [setCookie ?? []].flat()) {
@@ -321,6 +322,48 @@ export const scenarios: Scenario[] = [
     name: 'POST /api/auth/password-reset/request, unknown address (202)',
     target: 'app',
     path: '/api/auth/password-reset/request',
+    method: 'POST',
+    expectStatus: 202,
+    prepare: async () => ({ headers: json, body: JSON.stringify({ email: 'nobody@example.test' }) }),
+  },
+  // Sign-up hashes the password for every address and answers before looking the address up: a
+  // new address and one with an account should cost the same (the run prints their ratio).
+  {
+    name: `POST /api/auth/sign-up, existing account (202, argon2 hash, ${LOGIN_CONNECTIONS} connections)`,
+    target: 'app',
+    path: '/api/auth/sign-up',
+    method: 'POST',
+    expectStatus: 202,
+    prepare: async () => ({
+      headers: json,
+      body: JSON.stringify({ ...signUpBody, email: BENCH_USER.email }),
+      connections: LOGIN_CONNECTIONS,
+    }),
+  },
+  {
+    name: `POST /api/auth/sign-up, new address (202, argon2 hash, ${LOGIN_CONNECTIONS} connections)`,
+    target: 'app',
+    path: '/api/auth/sign-up',
+    method: 'POST',
+    expectStatus: 202,
+    prepare: async () => ({
+      headers: json,
+      body: JSON.stringify({ ...signUpBody, email: 'newcomer@example.test' }),
+      connections: LOGIN_CONNECTIONS,
+    }),
+  },
+  {
+    name: 'POST /api/auth/email-sign-in, existing account (202)',
+    target: 'app',
+    path: '/api/auth/email-sign-in',
+    method: 'POST',
+    expectStatus: 202,
+    prepare: async () => ({ headers: json, body: JSON.stringify({ email: BENCH_USER.email }) }),
+  },
+  {
+    name: 'POST /api/auth/email-sign-in, unknown address (202)',
+    target: 'app',
+    path: '/api/auth/email-sign-in',
     method: 'POST',
     expectStatus: 202,
     prepare: async () => ({ headers: json, body: JSON.stringify({ email: 'nobody@example.test' }) }),

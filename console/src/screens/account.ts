@@ -31,6 +31,12 @@ const METHODS: Record<NonNullable<Session['signInMethod']>, string> = {
   'password+otp': 'Password and one-time code',
   'password+passkey': 'Password and passkey',
   passkey: 'Passkey',
+  email_link: 'Emailed link',
+  'email_link+otp': 'Emailed link and one-time code',
+  'email_link+passkey': 'Emailed link and passkey',
+  email_code: 'Emailed code',
+  'email_code+otp': 'Emailed code and one-time code',
+  'email_code+passkey': 'Emailed code and passkey',
 }
 
 export function accountScreen(context: ConsoleContext): HTMLElement {

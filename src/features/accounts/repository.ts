@@ -426,3 +426,21 @@ export async function replacePasswordHash(
     .executeTakeFirst()
   return result.numUpdatedRows > 0n
 }
+
+/** Moves an active account of the organization to another address; false if it is not active any more. */
+export async function setAccountEmail(
+  trx: Executor,
+  tenant: TenantScope,
+  id: string,
+  email: string,
+  now: Date,
+): Promise<boolean> {
+  const result = await trx
+    .updateTable('accounts')
+    .set({ email, updated_at: now })
+    .where('organization_id', '=', tenant.organizationId)
+    .where('id', '=', id)
+    .where('active', '=', true)
+    .executeTakeFirst()
+  return result.numUpdatedRows > 0n
+}

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import organizationRoutes from './routes.ts'
 
 export { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './config.ts'
-export { findOrganization, listOrganizations } from './repository.ts'
+export { findOrganization, insertOrganization, listOrganizations } from './repository.ts'
 export { createOrganization } from './service.ts'
 
 export default async function organizationsFeature(app: FastifyInstance) {

@@ -2,6 +2,7 @@
 // /api/auth, the built-in credential check, session versions and the new-device notice.
 import type { FastifyInstance } from 'fastify'
 import type { Tx } from '../../db/schema.ts'
+import emailRoutes from './email-routes.ts'
 import { revokeSessions } from './repository.ts'
 import sessionRoutes from './routes.ts'
 
@@ -12,6 +13,7 @@ export {
   passkeyOrOtp,
 } from './authentication.ts'
 export { sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
+export { EmailSignIns } from './email-sign-in.ts'
 export { NewDeviceNotice } from './new-device-notice.ts'
 export { refreshTokenRetention, sessionRetention } from './retention.ts'
 export { PasskeyAssertionBody, SessionResponse } from './schemas.ts'
@@ -43,4 +45,5 @@ export function endOtherUserSessions(
 
 export default async function sessionsFeature(app: FastifyInstance) {
   await app.register(sessionRoutes, { prefix: '/api/auth' })
+  await app.register(emailRoutes, { prefix: '/api/auth' })
 }

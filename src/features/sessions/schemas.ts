@@ -1,5 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import { Uuid } from '../../uuid.ts'
+import { SIGN_IN_METHODS } from './service.ts'
 
 const DateTime = Type.String({ format: 'date-time' })
 /** Text looked up in the database: no control characters (PostgreSQL text refuses NUL). */
@@ -92,16 +93,9 @@ export const SessionItem = Type.Object(
     expiresAt: DateTime,
     userAgent: Type.Union([Type.String(), Type.Null()]),
     ipAddress: Type.Union([Type.String(), Type.Null()]),
-    signInMethod: Type.Union(
-      [
-        Type.Literal('password'),
-        Type.Literal('password+otp'),
-        Type.Literal('password+passkey'),
-        Type.Literal('passkey'),
-        Type.Null(),
-      ],
-      { description: 'The factors the session was signed in with; null for sessions older than this field' },
-    ),
+    signInMethod: Type.Union([...SIGN_IN_METHODS.map((method) => Type.Literal(method)), Type.Null()], {
+      description: 'The factors the session was signed in with; null for sessions older than this field',
+    }),
     current: Type.Boolean({ description: 'True for the session of the calling access token' }),
   },
   { $id: 'SessionItem', title: 'SessionItem', description: 'An active session of the signed-in user' },

@@ -30,7 +30,24 @@ export interface IssuedSession {
 }
 
 /** How a session was signed in to: the factors it was given. */
-export type SignInMethod = 'password' | 'password+otp' | 'password+passkey' | 'passkey'
+export type SignInMethod = (typeof SIGN_IN_METHODS)[number]
+
+/**
+ * Every way a session is signed in to: a password, a passkey alone, a mailed link or code (email
+ * sign-in, or the sign-up that proved the address), each with the second factor it was given.
+ */
+export const SIGN_IN_METHODS = [
+  'password',
+  'password+otp',
+  'password+passkey',
+  'passkey',
+  'email_link',
+  'email_link+otp',
+  'email_link+passkey',
+  'email_code',
+  'email_code+otp',
+  'email_code+passkey',
+] as const
 
 export interface ClientInfo {
   userAgent: string | null
