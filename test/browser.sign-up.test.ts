@@ -57,7 +57,7 @@ beforeAll(async () => {
   await t.app.listen({ port, host: '127.0.0.1' })
   browser = await launchChromium()
   await mkdir(SHOTS, { recursive: true })
-}, 60_000)
+}, 120_000)
 
 afterAll(async () => {
   await browser?.close()
