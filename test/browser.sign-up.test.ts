@@ -316,7 +316,7 @@ describe('email change in the console', () => {
     await poll(() => page.locator('#app h1').first().textContent()).toBe('My account')
     const section = page.locator('#email-section')
     await section.getByLabel('New email address').fill(newEmail)
-    await section.getByLabel('Current password').fill(user.password)
+    await section.getByLabel('Password', { exact: true }).fill(user.password)
     await section.getByRole('button', { name: 'Send a code to the new address' }).click()
     await poll(() => page.locator('#email-sent').textContent()).toContain(newEmail)
     await shot(page, 'email-change-code')

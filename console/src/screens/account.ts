@@ -92,14 +92,16 @@ function emailCard(context: ConsoleContext) {
           maxlength: 320,
         }),
       ),
+      // Not labelled "Current password": the password card's field is, and one label is one field.
       field(
-        'Current password',
+        'Password',
         h('input', {
           name: 'currentPassword',
           type: 'password',
           autocomplete: 'current-password',
           required: true,
         }),
+        'Your current one: it shows the change is yours.',
       ),
       h(
         'div',
