@@ -38,7 +38,12 @@ describe('configuration', () => {
       invitePerMinute: 10,
       invitePerHour: 5,
       passkeyOptionsPerMinute: 60,
+      emailProofPerMinute: 10,
+      emailProofPerHour: 5,
     })
+    expect(config.auth.signUp.enabled).toBe(false)
+    expect(config.auth.emailSignIn.enabled).toBe(false)
+    expect(config.auth.emailProof).toEqual({ ttl: 15 * 60, maxAttempts: 5 })
     expect(config.auth.refresh.reuseGrace).toBe(0)
     expect(config.auth.revocation.fallbackTtl).toBe(10)
     expect(config.retention.auditEvents).toBe(400 * 86400)
