@@ -18,7 +18,7 @@ import {
   uniqueEmail,
 } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
-import { launchChromium, signInThroughConsole } from './helpers/browser.ts'
+import { launchChromium, seriousViolations, signInThroughConsole } from './helpers/browser.ts'
 import { TestClock } from './helpers/clock.ts'
 import { EMAIL_PROOF_CONFIG, PAGES } from './helpers/email-proofs.ts'
 import { TestSmtpServer } from './helpers/smtp.ts'
@@ -27,7 +27,9 @@ import { TestSmtpServer } from './helpers/smtp.ts'
 // console: real headless Chromium against the app listening on a port, its mail sent over SMTP to a
 // real server the test reads. The mailed links point at the app itself (platform.web.frontend-url),
 // so the test opens exactly the address the mail carries. Opening a link shows its page and a
-// button; only the button uses the link. Screenshots go to test-results/browser/ (ignored).
+// button; only the button uses the link. Each screen shown is checked at 1280 and 360 px (axe-core
+// finds no serious or critical violation, nothing is wider than the window) and kept as a
+// screenshot in test-results/browser/sign-up-<screen>-<width>.png (ignored).
 
 const SHOTS = path.resolve('test-results/browser')
 const NEW_PASSWORD = 'a new and longer passphrase'
@@ -83,8 +85,25 @@ async function visit(context: BrowserContext): Promise<Visit> {
   return { page, errors }
 }
 
-const shot = (page: Page, name: string) =>
-  page.screenshot({ path: path.join(SHOTS, `sign-up-${name}.png`), fullPage: true })
+/**
+ * The screen as it is, at 1280 and at 360 px: no serious or critical axe-core violation, nothing
+ * wider than the window, and a screenshot of the whole page.
+ */
+async function shot(page: Page, name: string) {
+  for (const [width, height] of [
+    [1280, 800],
+    [360, 740],
+  ] as const) {
+    await page.setViewportSize({ width, height })
+    expect(await seriousViolations(page), `${name} at ${width} px`).toEqual([])
+    expect(
+      await page.evaluate<number>('document.documentElement.scrollWidth'),
+      `${name} fits ${width} px`,
+    ).toBeLessThanOrEqual(width)
+    await page.screenshot({ path: path.join(SHOTS, `sign-up-${name}-${width}.png`), fullPage: true })
+  }
+  await page.setViewportSize({ width: 1280, height: 800 })
+}
 
 /** Polls until the page settles: the machine the tests share may be slow to answer. */
 const poll = <T>(fn: () => Promise<T> | T) => expect.poll(fn, { timeout: 15_000, interval: 100 })
