@@ -189,7 +189,8 @@ describe('sign-up in the console', () => {
     await poll(() =>
       page.getByRole('navigation', { name: 'Console' }).getByRole('link').allTextContents(),
     ).toContain('Users')
-    await shot(page, 'signed-in')
+    // The account screen itself is checked by test/browser.console.test.ts; here, how it was reached.
+    await page.screenshot({ path: path.join(SHOTS, 'sign-up-signed-in-1280.png'), fullPage: true })
 
     // The link was used by the button: opened again, its button is refused.
     await page.goto(mailed.link)
@@ -198,7 +199,7 @@ describe('sign-up in the console', () => {
     await shot(page, 'verify-link-used')
     expect(errors.filter((e) => !e.includes('status of 400'))).toEqual([])
     await context.close()
-  }, 60_000)
+  }, 120_000)
 
   it('confirms a sign-up with the code typed in another browser, which signs that browser in', async () => {
     const first = await browser.newContext()
