@@ -1,12 +1,8 @@
 import { randomUUID } from 'node:crypto'
-import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Writable } from 'node:stream'
-import { AjvCompiler, type ValidatorFactory } from '@fastify/ajv-compiler'
 import cookie from '@fastify/cookie'
 import cors from '@fastify/cors'
 import Fastify, { type FastifyInstance, LogController } from 'fastify'
-import helmet from 'helmet'
-import pino from 'pino'
 import authzPlugin from './authz/plugin.ts'
 import type { AuthorizationPort } from './authz/port.ts'
 import { type Clock, systemClock } from './clock.ts'
@@ -21,15 +17,17 @@ import filesFeature from './features/files/index.ts'
 import machinePrincipalsFeature from './features/machine-principals/index.ts'
 import organizationsFeature from './features/organizations/index.ts'
 import outboxStatusFeature from './features/outbox-status/index.ts'
+import outboxWorkersPlugin from './features/outbox-workers.ts'
 import passkeysFeature from './features/passkeys/index.ts'
 import permissionChecksFeature from './features/permission-checks/index.ts'
 import servicesPlugin from './features/plugin.ts'
 import purchaseRequestsFeature from './features/purchase-requests/index.ts'
-import { retentionRules } from './features/retention/index.ts'
+import { retentionRules } from './features/retention.ts'
 import type { CredentialAuthenticator, SessionVersionProvider } from './features/sessions/index.ts'
 import sessionsFeature from './features/sessions/index.ts'
 import webhooksFeature, { type Resolve } from './features/webhooks/index.ts'
 import housekeepingPlugin from './housekeeping/plugin.ts'
+import { validatorFor } from './http/ajv.ts'
 import authPlugin from './http/auth.ts'
 import backgroundPlugin from './http/background.ts'
 import configPlugin from './http/config.ts'
@@ -39,7 +37,9 @@ import healthPlugin from './http/health.ts'
 import idempotencyPlugin from './http/idempotency.ts'
 import metricsPlugin from './http/metrics.ts'
 import rateLimitsPlugin from './http/rate-limits.ts'
+import { securityHeaders } from './http/security-headers.ts'
 import tenantPlugin from './http/tenant.ts'
+import { standardOutput } from './log-destination.ts'
 import { loggerOptions } from './logger.ts'
 import mailPlugin from './mail/plugin.ts'
 import type { MailTransport } from './mail/transports.ts'
@@ -84,124 +84,12 @@ export interface AppDependencies {
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 
-const AJV_OPTIONS = { removeAdditional: false, useDefaults: true, allErrors: false } as const
-const ajvPool = AjvCompiler()
-
-/**
- * Two validators: path, query and header values arrive as text, so they are coerced to the
- * schema's types (`?limit=20` is the number 20); a JSON body arrives typed, so it is validated as
- * sent: `{"title": 12345}` is 400 VALIDATION_FAILED, never the string "12345".
- */
-// Fastify calls the compiler with the route definition ({schema, method, url, httpPart}), which the
-// package's types describe as a bare schema.
-type Compile = (route: { httpPart?: string }) => unknown
-type BuildFromPool = (externalSchemas: unknown, options: unknown) => Compile
-
-function buildValidator(externalSchemas: unknown, options: unknown): Compile {
-  const { customOptions: _ignored, ...rest } = (options ?? {}) as { customOptions?: unknown }
-  const pool = ajvPool as unknown as BuildFromPool
-  const text = pool(externalSchemas, { ...rest, customOptions: { ...AJV_OPTIONS, coerceTypes: 'array' } })
-  const body = pool(externalSchemas, { ...rest, customOptions: { ...AJV_OPTIONS, coerceTypes: false } })
-  return (route) => (route.httpPart === 'body' ? body(route) : finiteOnly(text(route) as Validate))
-}
-
-/** A compiled Ajv validator, as Fastify calls it. */
-interface Validate {
-  (data: unknown, context?: unknown): unknown
-  errors?: unknown
-  schemaEnv?: unknown
-}
-
-/**
- * Ajv's coercion turns text such as `Infinity` or `1e999` into a number that is not finite, which
- * then passes `type: integer` and skips `minimum` and `maximum` (they compare finite numbers only):
- * `?limit=Infinity` would reach the handler, and the database, as Infinity. After coercion, a value
- * of a path, query or header that is not a finite number fails like any other schema violation.
- */
-function finiteOnly(validate: Validate): Validate {
-  const checked: Validate = (data, context) => {
-    const valid = validate(data, context)
-    if (valid !== true) {
-      checked.errors = validate.errors
-      return valid
-    }
-    const path = nonFinitePath(data, '')
-    checked.errors =
-      path === null
-        ? null
-        : [{ instancePath: path, keyword: 'type', params: {}, message: 'must be a finite number' }]
-    return path === null
-  }
-  // Fastify passes the parent of the validated value only to a validator with this property.
-  checked.schemaEnv = validate.schemaEnv
-  return checked
-}
-
-function nonFinitePath(value: unknown, path: string): string | null {
-  if (typeof value === 'number') return Number.isFinite(value) ? null : path
-  if (value && typeof value === 'object') {
-    for (const [key, inner] of Object.entries(value)) {
-      const found = nonFinitePath(inner, `${path}/${key}`)
-      if (found !== null) return found
-    }
-  }
-  return null
-}
-const validatorFor = buildValidator as unknown as ValidatorFactory
-
-/** The headers a connect-style middleware sets on a response, by running it once against a recorder. */
-function headersOf(
-  middleware: (req: IncomingMessage, res: ServerResponse, next: (error?: unknown) => void) => void,
-): Record<string, string> {
-  const headers: Record<string, string> = {}
-  const recorder = {
-    setHeader: (name: string, value: unknown) => {
-      headers[name.toLowerCase()] = String(value)
-    },
-    removeHeader: (name: string) => {
-      delete headers[name.toLowerCase()]
-    },
-    getHeader: (name: string) => headers[name.toLowerCase()],
-  }
-  let outcome: { error?: unknown } | undefined
-  middleware({ headers: {} } as IncomingMessage, recorder as unknown as ServerResponse, (error) => {
-    outcome = { error }
-  })
-  if (!outcome || outcome.error)
-    throw new Error('the security headers could not be computed', { cause: outcome?.error })
-  return headers
-}
-
 // Fastify accepts a hop count too, though its types only list booleans, addresses and functions.
 function trustProxy(value: string): boolean | string {
   if (value === 'false') return false
   if (value === 'true') return true
   if (/^\d+$/.test(value)) return Number(value) as unknown as string
   return value
-}
-
-/** Standard output as the log's destination, one per process however many apps it builds. */
-let stdoutDestination: ReturnType<typeof pino.destination> | undefined
-
-/**
- * Log lines go to standard output asynchronously (a synchronous write per line cost half the
- * throughput) and in batches: gathered up to 4 KB, written at the latest 100 ms after they were
- * logged, and whatever is left when the process exits. A write call per line was a tenth of a
- * request's CPU when no SQL is involved.
- */
-function standardOutput(): ReturnType<typeof pino.destination> {
-  if (stdoutDestination) return stdoutDestination
-  const destination = pino.destination({ dest: 1, sync: false, minLength: 4096 })
-  setInterval(() => destination.flush(), 100).unref()
-  process.once('exit', () => {
-    try {
-      destination.flushSync()
-    } catch {
-      // Not opened yet or already destroyed: there is nothing it could still write.
-    }
-  })
-  stdoutDestination = destination
-  return destination
 }
 
 /**
@@ -259,30 +147,9 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   })
 
   // Third-party plugins.
-  // Security headers on every response. The API answers JSON only, so its policy allows nothing to
-  // load and no page to frame it; Swagger UI sets its own policy for its pages (src/http/docs.ts).
-  // HSTS only where cookies are Secure, i.e. the deployment is served over HTTPS.
-  // Nothing in the policy depends on the request, so helmet runs once, at start-up, and every
-  // response gets the headers it set (running its middleware chain per request cost ~12 µs).
-  const securityHeaders = helmet({
-    contentSecurityPolicy: {
-      useDefaults: false,
-      directives: {
-        defaultSrc: ["'none'"],
-        baseUri: ["'none'"],
-        formAction: ["'none'"],
-        frameAncestors: ["'none'"],
-      },
-    },
-    frameguard: { action: 'deny' },
-    referrerPolicy: { policy: 'no-referrer' },
-    strictTransportSecurity: config.auth.cookie.secure
-      ? { maxAge: 31_536_000, includeSubDomains: true }
-      : false,
-  })
-  const securityHeaderValues = Object.freeze(headersOf(securityHeaders))
-  // The request id and the security headers in the first onRequest hook, so that every answer,
-  // a refusal of a later hook included, carries them.
+  // The request id and the security headers (src/http/security-headers.ts) in the first onRequest
+  // hook, so that every answer, a refusal of a later hook included, carries them.
+  const securityHeaderValues = securityHeaders(config)
   app.addHook('onRequest', (request, reply, done) => {
     reply.header('x-request-id', request.id).headers(securityHeaderValues)
     done()
@@ -322,8 +189,8 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(metricsPlugin)
   await app.register(healthPlugin)
   await app.register(backgroundPlugin)
-  await app.register(mailPlugin, { transport: deps.mailTransport, startWorker: deps.startMailWorker ?? true })
-  await app.register(authzPlugin, { port: deps.authorization, startWorker: deps.startAuthzWorker ?? true })
+  await app.register(mailPlugin, { transport: deps.mailTransport })
+  await app.register(authzPlugin, { port: deps.authorization })
   await app.register(storagePlugin, { store: deps.objectStore })
   await app.register(housekeepingPlugin, { start: deps.startHousekeeping ?? true, rules: retentionRules })
   // Every domain service, built once (src/features/compose.ts).
@@ -333,7 +200,14 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     sessionVersionProvider: deps.sessionVersionProvider,
     passwordResetHandler: deps.passwordResetHandler,
     webhookResolve: deps.webhookResolve,
-    startWebhookWorker: deps.startWebhookWorker ?? true,
+  })
+  // The mail, authorization and webhook outbox workers, started and stopped in one order.
+  await app.register(outboxWorkersPlugin, {
+    start: {
+      mail: deps.startMailWorker ?? true,
+      authz: deps.startAuthzWorker ?? true,
+      webhook: deps.startWebhookWorker ?? true,
+    },
   })
   // The request path: the principal and the route guard, the tenant context, the declared rate
   // limits, idempotent replays.

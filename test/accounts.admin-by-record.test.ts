@@ -75,7 +75,7 @@ describe('a member whose account row says member, with a leftover admin tuple', 
             object: `organization:${admin.organizationId}`,
           },
         ],
-        new Date(),
+        t.clock.now(),
       ),
     )
     while ((await t.app.authz.outbox.runOnce()) > 0) {}

@@ -7,7 +7,10 @@ import { describe, expect, it } from 'vitest'
 // - the infrastructure rooms (db, authz, mail, storage, outbox, http, security, housekeeping, audit), which
 //   never import a feature;
 // - one folder per feature under src/features/, whose files import the foundation, infrastructure,
-//   their own folder, and another feature only through its public file (`index.ts`);
+//   their own folder, and another feature only through its public file (`index.ts`); of src/http/,
+//   only a feature's route files (`routes.ts`, `*-routes.ts`) import, and only the files a route's
+//   config and handler are written with (ROUTE_HTTP_FILES): a service or repository is handed what
+//   it needs of HTTP as a port;
 // - the composition root (the files directly in src/features/), which builds the features' services
 //   from their public files;
 // - the entry points (src/app.ts, server, dev, cli), which may import any room's public face.
@@ -32,6 +35,13 @@ const INFRASTRUCTURE = [
   'audit',
 ]
 
+/** The src/http/ files a feature's route files may import: what a route's config and handler use. */
+const ROUTE_HTTP_FILES = [
+  'src/http/rate-limit.ts', // `rateLimit` rules and the refresh's `statementLimits`
+  'src/http/idempotency.ts', // `idempotentCreate`, for routes marked `idempotent`
+  'src/http/keyset-cursor.ts', // the cursor of lists paged by creation time
+]
+
 type Room =
   | { kind: 'foundation' | 'composition' | 'entry' }
   | { kind: 'infrastructure' | 'feature'; name: string }
@@ -49,6 +59,7 @@ function roomOf(file: string): Room {
 }
 
 const isPublicFile = (file: string) => /^src\/features\/[^/]+\/index\.ts$/.test(file)
+const isRouteFile = (file: string) => /^src\/features\/[^/]+\/(?:[^/]+-)?routes\.ts$/.test(file)
 
 /** Why `file` may not import `target`, or null when it may. */
 function violation(file: string, target: string): string | null {
@@ -62,6 +73,12 @@ function violation(file: string, target: string): string | null {
   if (from.kind === 'foundation' && to.kind !== 'foundation')
     return 'the foundation imports only the foundation'
   if (from.kind === 'infrastructure' && to.kind === 'feature') return 'infrastructure never imports a feature'
+  if (from.kind === 'feature' && to.kind === 'infrastructure' && to.name === 'http') {
+    if (!isRouteFile(file)) return 'only route files import src/http/: a service or repository gets a port'
+    return ROUTE_HTTP_FILES.includes(target)
+      ? null
+      : `a route file imports only ${ROUTE_HTTP_FILES.join(', ')}`
+  }
   if (to.kind === 'feature') {
     if (from.kind === 'feature' && from.name === to.name) return null
     return isPublicFile(target) ? null : `another room imports a feature only through its index.ts`
@@ -141,5 +158,13 @@ describe('the import graph', () => {
     expect(violation('src/features/files/service.ts', 'src/features/accounts/index.ts')).toBeNull()
     expect(violation('src/config.ts', 'src/db/database.ts')).toMatch(/foundation/)
     expect(violation('src/features/files/service.ts', 'src/features/compose.ts')).toMatch(/entry/)
+    expect(violation('src/features/sessions/service.ts', 'src/http/rate-limit.ts')).toMatch(/route files/)
+    expect(violation('src/features/sessions/repository.ts', 'src/http/rate-limit-store.ts')).toMatch(
+      /route files/,
+    )
+    expect(violation('src/features/sessions/routes.ts', 'src/http/rate-limit.ts')).toBeNull()
+    expect(violation('src/features/accounts/user-routes.ts', 'src/http/idempotency.ts')).toBeNull()
+    expect(violation('src/features/files/routes.ts', 'src/http/idempotency-store.ts')).toMatch(/route file/)
+    expect(violation('src/features/compose.ts', 'src/http/idempotency-store.ts')).toBeNull()
   })
 })

@@ -30,7 +30,7 @@ const principalOf = (user: TestUser): UserPrincipal => ({
 
 async function removeTuple(subject: string, relation: string, object: string): Promise<void> {
   await inTransaction(t.app.db, (trx) =>
-    t.app.authz.tuples.record(trx, [{ operation: 'delete', subject, relation, object }], new Date()),
+    t.app.authz.tuples.record(trx, [{ operation: 'delete', subject, relation, object }], t.clock.now()),
   )
   while ((await t.app.authz.outbox.runOnce()) > 0) {}
 }
@@ -130,7 +130,7 @@ describe('user administration decided by the account record, not the authorizati
             object: `organization:${admin.organizationId}`,
           },
         ],
-        new Date(),
+        t.clock.now(),
       ),
     )
     while ((await t.app.authz.outbox.runOnce()) > 0) {}

@@ -549,6 +549,189 @@ describe('the console in Chromium', () => {
     await context.close()
   })
 
+  it('offers a purchase request’s steps the service allows (POST /api/authz/check), and shows the service’s refusal of a step', async () => {
+    const admin = await newUser(t.app, { role: 'admin' })
+    const member = await newUser(t.app, { organizationId: admin.organizationId })
+    const adminSession = await signIn(t.app, admin)
+    const asAdmin = (method: 'POST', url: string, payload?: object) =>
+      t.app.inject({ method, url, cookies: { access_token: adminSession.access }, payload })
+    const created = await asAdmin('POST', '/api/purchase-requests', { title: 'Ergonomic keyboards' })
+    const id = created.json().id as string
+    expect((await asAdmin('POST', `/api/purchase-requests/${id}/submit`)).statusCode).toBe(200)
+
+    const context = await browser.newContext()
+    const { page, errors } = await visit(context)
+    // The permission checks the page asks, with the service's answers; `override` stands in for the
+    // service's answer when set.
+    const checks: { body: unknown; allowed: boolean }[] = []
+    let override: boolean | undefined
+    await page.route(
+      (url) => url.pathname === '/api/authz/check',
+      async (route) => {
+        const body = route.request().postDataJSON()
+        if (override !== undefined) {
+          checks.push({ body, allowed: override })
+          return route.fulfill({ status: 200, json: { allowed: override } })
+        }
+        const answer = await route.fetch()
+        const { allowed } = (await answer.json()) as { allowed: boolean }
+        checks.push({ body, allowed })
+        return route.fulfill({ response: answer })
+      },
+    )
+    const actions = () => page.locator('#pr-actions button').allTextContents()
+    const open = async () => {
+      await page.evaluate(`location.hash = '#/account'`)
+      await expect.poll(() => heading(page)).toBe('My account')
+      await page.evaluate(`location.hash = '#/purchase-requests/${id}'`)
+      // Three answers (the request, its history, the permission check) before the status shows.
+      await expect.poll(() => page.locator('#pr-status').textContent(), { timeout: 10_000 }).toBe('Submitted')
+    }
+
+    // A member: the service says no to can_edit, so no approval and no upload are offered.
+    await signInThroughConsole(page, base, member)
+    await expect.poll(() => page.locator('#who').textContent()).toContain('Member')
+    await open()
+    expect(checks).toEqual([
+      { body: { relation: 'can_edit', objectType: 'purchase_request', objectId: id }, allowed: false },
+    ])
+    expect(await actions()).toEqual(['Create PDF report'])
+    expect(await page.locator('#attach').count()).toBe(0)
+    expect(await inApp(page).textContent()).toContain('Waiting for approval, which you may not give.')
+
+    // Had the service said yes, the member would be offered Approve and the upload: the console
+    // follows the answer. Approving then meets the service's own refusal, shown with its code.
+    override = true
+    await open()
+    expect(await actions()).toEqual(['Approve', 'Create PDF report'])
+    expect(await page.locator('#attach').count()).toBe(1)
+    await page.getByRole('button', { name: 'Approve', exact: true }).click()
+    await expect
+      .poll(() => page.locator('#error-pr').textContent())
+      .toBe('You may not approve this purchase request (ACCESS_DENIED)')
+    expect(await page.locator('#pr-status').textContent()).toBe('Submitted')
+    // The navigation never followed the permission check: a member has no organization screens.
+    expect(await navLinks(page)).toEqual(['My account', 'Purchase requests'])
+    await page.getByRole('button', { name: 'Sign out', exact: true }).click()
+    await expect.poll(() => page.locator('#who').textContent()).toBe('Signed out')
+
+    // An admin whom the service told no is offered no Approve either: the answer decides, not the role.
+    override = false
+    await signInThroughConsole(page, base, admin)
+    await open()
+    expect(await actions()).toEqual(['Create PDF report'])
+    expect(await page.locator('#attach').count()).toBe(0)
+    // Nor does it for an admin: the organization's screens follow the role of the account record
+    // (GET /api/auth/me), as the service's account administration does.
+    expect(await navLinks(page)).toContain('Users')
+
+    // With the service's real answer, Approve is offered; the request is approved elsewhere before
+    // the click: the 409 is shown, and the page shows the request as it now is.
+    override = undefined
+    await open()
+    expect(await actions()).toEqual(['Approve', 'Create PDF report'])
+    expect(await page.locator('#attach').count()).toBe(1)
+    expect((await asAdmin('POST', `/api/purchase-requests/${id}/approve`)).statusCode).toBe(200)
+    await page.getByRole('button', { name: 'Approve', exact: true }).click()
+    await expect
+      .poll(() => page.locator('#error-pr').textContent())
+      .toBe('An APPROVED purchase request cannot be approved (INVALID_TRANSITION)')
+    await expect.poll(() => page.locator('#pr-status').textContent()).toBe('Approved')
+    expect(await actions()).toEqual(['Create PDF report'])
+    await checkScreen(page, 'purchase-request-refused')
+
+    // Only the browser's own notes of the two refusals.
+    expect(errors).toHaveLength(2)
+    expect(
+      errors.every((e) => /Failed to load resource: the server responded with a status of (403|409)/.test(e)),
+    ).toBe(true)
+    await context.close()
+  }, 120_000)
+
+  it('shows what the service answers as text, never as markup: the account, and the QR code drawn from its shapes only', async () => {
+    const member = await newUser(t.app)
+    const context = await browser.newContext()
+    const { page, errors } = await visit(context)
+    const requested: string[] = []
+    context.on('request', (request) => requested.push(new URL(request.url()).pathname))
+    const hostileEmail = '<img src=x onerror="globalThis.pwned=1">mallory@example.com'
+    const hostileOrganization = '<b>Acme</b><img src=x onerror="globalThis.pwned=2">'
+    await page.route(
+      (url) => url.pathname === '/api/auth/me',
+      async (route) => {
+        const answer = await route.fetch()
+        const me = await answer.json()
+        return route.fulfill({
+          response: answer,
+          json: { ...me, email: hostileEmail, organizationName: hostileOrganization },
+        })
+      },
+    )
+    // The setup's SVG, with what a QR code never holds put into it; then text that is no SVG at all.
+    let qrCodeSvg = (svg: string) =>
+      svg
+        .replace('<svg ', '<svg onload="globalThis.pwned=3" ')
+        .replace(
+          '</svg>',
+          '<script>globalThis.pwned=4</script>' +
+            '<foreignObject><img xmlns="http://www.w3.org/1999/xhtml" src="x" onerror="globalThis.pwned=5"/></foreignObject>' +
+            '<a href="javascript:globalThis.pwned=6"><rect width="9" height="9"/></a>' +
+            '<path d="M0 0h1" fill="url(https://example.com/x.svg#p)" onclick="globalThis.pwned=7"/></svg>',
+        )
+    await page.route(
+      (url) => url.pathname === '/api/auth/otp/setup',
+      async (route) => {
+        const answer = await route.fetch()
+        const setup = await answer.json()
+        return route.fulfill({ response: answer, json: { ...setup, qrCodeSvg: qrCodeSvg(setup.qrCodeSvg) } })
+      },
+    )
+    await signInThroughConsole(page, base, member)
+    await expect.poll(() => page.locator('#who .who-email').textContent()).toBe(hostileEmail)
+    expect(await page.locator('#who .who-org').textContent()).toContain(hostileOrganization)
+    await expect.poll(() => inApp(page).textContent()).toContain(hostileEmail)
+    expect(await inApp(page).textContent()).toContain(hostileOrganization)
+    expect(await page.locator('img, b').count()).toBe(0)
+
+    await page.getByRole('button', { name: 'Set up' }).click()
+    await expect.poll(() => page.locator('#otp-qr svg').count()).toBe(1)
+    const qr = page.locator('#otp-qr')
+    // The QR code's own paths are drawn; nothing else of the answer is in the page.
+    expect(await qr.locator('path').count()).toBeGreaterThan(1)
+    expect(await qr.locator('script, foreignObject, img, a, rect').count()).toBe(0)
+    const attributes = await qr.evaluate((element) =>
+      [...element.querySelectorAll('*')].flatMap((node) =>
+        [...node.attributes].map((a) => `${a.name}=${a.value}`),
+      ),
+    )
+    expect(attributes.filter((a) => /^on|url\(|javascript:/i.test(a))).toEqual([])
+    expect(await page.locator('#otp-qr svg').getAttribute('aria-label')).toBe(
+      'QR code of the secret, for the authenticator app',
+    )
+    expect(await page.locator('#otp-secret').textContent()).toMatch(/^Secret: [A-Z2-7]+$/)
+    await checkScreen(page, 'two-factor-qr')
+
+    qrCodeSvg = () => '<img src=x onerror="globalThis.pwned=8">'
+    await page.getByRole('button', { name: 'Cancel' }).click()
+    await page.getByRole('button', { name: 'Set up' }).click()
+    await expect
+      .poll(() => qr.textContent())
+      .toBe('The QR code could not be shown: type the secret into the app.')
+    expect(await page.locator('img').count()).toBe(0)
+    expect(await page.locator('#otp-secret').textContent()).toMatch(/^Secret: [A-Z2-7]+$/)
+
+    expect(await page.evaluate('globalThis.pwned')).toBeUndefined()
+    // Nothing was loaded from the answers: an <img src=x> in the page would have asked for /x.
+    expect(requested.filter((pathname) => pathname === '/x')).toEqual([])
+    // Parsing the hostile answer (into a document of its own, whence only shapes are copied) makes
+    // the browser check its inline handlers, and the inline styles of its report on text that is no
+    // XML, against the page's policy: those refusals are all the page logs.
+    const refused =
+      /violates the following Content Security Policy directive .* The action has been blocked\.$/
+    expect(errors.filter((error) => !refused.test(error))).toEqual([])
+    await context.close()
+  }, 60_000)
+
   it('walks a member through their account and purchase requests, with no admin screen and no admin button', async () => {
     const admin = await newUser(t.app, { role: 'admin' })
     const member: TestUser = await newUser(t.app, { organizationId: admin.organizationId })

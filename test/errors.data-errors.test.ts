@@ -6,6 +6,7 @@ import { createPermissions } from '../src/authz/permissions.ts'
 import { type AuthorizationPort, AuthorizationUnavailableError } from '../src/authz/port.ts'
 import { isDataException } from '../src/db/database.ts'
 import { AppError } from '../src/errors.ts'
+import { PurchaseRequestCursor } from '../src/features/purchase-requests/repository.ts'
 import type { UserPrincipal } from '../src/principal.ts'
 import { SCOPES } from '../src/scopes.ts'
 import { type Actor, FAST_LOGIN_CONFIG, newActor } from './helpers/accounts.ts'
@@ -63,8 +64,9 @@ const t = useTestApp({
   },
 })
 
+/** A cursor of the purchase-request list as it writes them, at any time a Date holds. */
 const cursorOf = (createdAt: string, id = '00000000-0000-0000-0000-000000000000') =>
-  Buffer.from(JSON.stringify([createdAt, id])).toString('base64url')
+  PurchaseRequestCursor.encode({ createdAt: new Date(createdAt), id })
 
 function expectRefused(res: LightMyRequestResponse, path?: string): void {
   expect({ status: res.statusCode, code: res.json().code }).toEqual({

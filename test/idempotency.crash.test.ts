@@ -7,9 +7,9 @@ import { createTestApp, type TestApp, testSecret } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
 import { initiateBody } from './helpers/files.ts'
 
-// Fault F15 when the answer is lost with the process: the create committed, and the service
-// died before it could record its answer under the Idempotency-Key (here: the answer hangs in an
-// onSend hook, as if the process had stopped there). The client retries with the same key on
+// A create's answer lost with the process that was sending it: the create committed, and the
+// service died before it could record its answer under the Idempotency-Key (here: the answer hangs
+// in an onSend hook, as if the process had stopped there). The client retries with the same key on
 // another instance (a restart), after the claim has been abandoned for longer than a request can
 // run. It must get the resource that was created, not a second one. The answer is therefore
 // recorded in the create's own transaction.

@@ -4,8 +4,8 @@ import { describe, expect, it } from 'vitest'
 import { type Actor, asUser, expectProblem, newActor, signIn } from './helpers/accounts.ts'
 import { initiateBody, newEditor, useFilesTestApp } from './helpers/files.ts'
 
-// Idempotency-Key on the POST creates (fault F15): a create whose response was lost
-// is retried safely. Purchase requests, uploads and invitations.
+// Idempotency-Key on the POST creates: a create whose response was lost is retried safely. Purchase
+// requests, uploads and invitations.
 
 const t = useFilesTestApp()
 

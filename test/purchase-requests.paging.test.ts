@@ -159,19 +159,22 @@ describe('GET /api/purchase-requests paging', () => {
 
   it('rejects a tampered or garbage cursor with 400 VALIDATION_FAILED', async () => {
     const cursor = (await page(session, { limit: 10 })).nextCursor ?? ''
-    const [createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as [string, string]
+    const [name, createdAt, id] = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as string[]
+    expect(encode([name, createdAt, id])).toBe(cursor)
     const bad = [
       'garbage',
       '!!!!',
       cursor.slice(0, -4),
-      encode({ createdAt, id }),
-      encode([createdAt]),
+      encode({ name, createdAt, id }),
+      encode([name, createdAt]),
+      encode([createdAt, id]),
+      encode(['api-keys', createdAt, id]),
       encode(null),
-      encode(['yesterday', id]),
-      encode([createdAt, 'not-a-uuid']),
-      encode([createdAt, `'; drop table purchase_requests; --${'x'.repeat(10)}`]),
-      encode([createdAt, id.toUpperCase()]),
-      'x'.repeat(201),
+      encode([name, 'yesterday', id]),
+      encode([name, createdAt, 'not-a-uuid']),
+      encode([name, createdAt, `'; drop table purchase_requests; --${'x'.repeat(10)}`]),
+      encode([name, createdAt, id?.toUpperCase()]),
+      'x'.repeat(2001),
       `${cursor}%%%`,
     ]
     for (const value of bad) {

@@ -1,6 +1,6 @@
 import { sql } from 'kysely'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { encodeKeysetCursor } from '../src/http/keyset-cursor.ts'
+import { PurchaseRequestCursor } from '../src/features/purchase-requests/repository.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, newActor, type Session } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 
@@ -83,7 +83,7 @@ describe('timestamps of purchase requests', () => {
       }),
     ])
     const stored = await storedDates(newer)
-    expect(page.nextCursor).toBe(encodeKeysetCursor({ createdAt: stored.created_at, id: newer }))
+    expect(page.nextCursor).toBe(PurchaseRequestCursor.encode({ createdAt: stored.created_at, id: newer }))
 
     const next = await asUser(t.app, session, {
       method: 'GET',

@@ -50,9 +50,9 @@ const CROSS_TENANT: Record<string, string> = {
     "the audit_events retention rule sweeps every organization's chain",
   'src/audit/repository.ts#chainEvents':
     'audit verify, an operator’s command, walks one chain (an organization’s or the system’s) by its name',
-  'src/features/retention/repository.ts#findUnfinishedFiles':
+  'src/features/files/repository.ts#findUnfinishedFiles':
     "the files retention rule sweeps every organization's unfinished uploads",
-  'src/features/retention/repository.ts#deleteUnfinishedFiles':
+  'src/features/files/repository.ts#deleteUnfinishedFiles':
     "the files retention rule sweeps every organization's unfinished uploads",
   'src/features/webhooks/fan-out.ts#webhookFanOut':
     'queues messages for the endpoints of the organization the appended audit event belongs to',

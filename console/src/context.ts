@@ -16,6 +16,11 @@ export interface ConsoleContext {
   api: PlatformClient['api']
   resources: Resources
   readonly me: Me
+  /**
+   * Whether the organization's screens are shown: the role of the user's account record, as GET
+   * /api/auth/me answers it (the record the service checks for `/api/users...` administration),
+   * never a token claim or a permission check.
+   */
   readonly isAdmin: boolean
   /** Asks /api/auth/me again (after a change to the user's sign-in) and updates the header. */
   refreshMe(): Promise<Me>

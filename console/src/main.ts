@@ -17,11 +17,12 @@ import { SIGNED_OUT_SCREENS, show } from './signed-out.ts'
 
 // The console: signed out, the sign-in form (and, by the fragment, sign-up and email sign-in);
 // signed in, a navigation between screens addressed by the URL's fragment (#/users,
-// #/purchase-requests/<id>), the organization's screens for admins only. Opened at a mailed link
-// (/verify-sign-up?token=…), the link's page stands in front of either until its button succeeded
-// or the visitor left it. Every call goes through the typed client (client/) or the client generated the same way for
-// the console's own resources (./resources.schema.ts), both with the platform's fetch: cookies,
-// and one refresh and retry on a 401.
+// #/purchase-requests/<id>), the organization's screens for admins only (the role of the account
+// record GET /api/auth/me answers with). Opened at a mailed link (/verify-sign-up?token=…), the
+// link's page stands in front of either until its button succeeded or the visitor left it. Every
+// call goes through the typed client (client/) or the client generated the same way for the
+// console's own resources (./resources.schema.ts), both with the platform's fetch: cookies, and one
+// refresh and retry on a 401.
 
 const byId = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T
 

@@ -1214,7 +1214,7 @@ export interface operations {
                 /** @description Only events of this actor */
                 actorId?: string;
                 actorType?: "user" | "api_key" | "service_account" | "system";
-                /** @description nextCursor of the page before */
+                /** @description nextCursor of the previous page */
                 cursor?: string;
                 /** @description From this instant (inclusive) */
                 from?: string;
@@ -3493,6 +3493,7 @@ export interface operations {
     listWebhookDeliveries: {
         parameters: {
             query?: {
+                /** @description nextCursor of the previous page */
                 cursor?: string;
                 limit?: number;
             };

@@ -2,7 +2,8 @@
 // hash-chained per organization (src/audit/chain.ts), verified by `npm run cli -- audit verify`.
 export { ChainKeys, type StoredEvent, type Verification } from './chain.ts'
 export { AUDIT_EVENT_TYPES, type AuditEventType } from './event-types.ts'
-export { type ChainHeadRow, deleteOldEvents, toStoredEvent } from './repository.ts'
+export { type ChainHeadRow, toStoredEvent } from './repository.ts'
+export { auditEventRetention } from './retention.ts'
 export {
   type AuditActor,
   type AuditEventInput,

@@ -84,3 +84,18 @@ export async function hasPendingTupleChange(db: Executor, subject: string, objec
     .executeTakeFirst()
   return row !== undefined
 }
+
+/** Outbox rows delivered (or set aside) before the cutoff; returns how many went. */
+export async function deleteProcessedTupleChanges(
+  db: Executor,
+  cutoff: Date,
+  limit: number,
+): Promise<number> {
+  const result = await db
+    .deleteFrom('authz_outbox')
+    .where('id', 'in', (eb) =>
+      eb.selectFrom('authz_outbox').select('id').where('processed_at', '<', cutoff).limit(limit),
+    )
+    .executeTakeFirst()
+  return Number(result.numDeletedRows)
+}

@@ -2,12 +2,15 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
 import type { Database } from '../db/schema.ts'
+import { RETENTION_BATCH, type RetentionRule, secondsBefore } from '../housekeeping/runner.ts'
 import { type OutboxHandler, OutboxWorker, type OutboxWorkerOptions, retryDelayMs } from '../outbox/engine.ts'
 import { acquireLease, releaseLease } from '../outbox/worker-leases.ts'
 import {
   type AuthzOutboxRow,
   deferTupleChange,
+  deleteProcessedTupleChanges,
   makeTupleChangesDue,
   markTupleChangesDelivered,
   pendingTupleChanges,
@@ -180,4 +183,16 @@ function oneChangePerTuple(pending: AuthzOutboxRow[]): AuthzOutboxRow[] {
     batch.push(row)
   }
   return batch
+}
+
+/**
+ * Retention: a change delivered (or set aside) is kept `platform.retention.outbox`, then goes; a
+ * pending one stays whatever its age.
+ */
+export function tupleOutboxRetention(config: Config): RetentionRule {
+  const { outbox } = config.retention
+  return {
+    name: 'authz_outbox',
+    sweep: (db, now) => deleteProcessedTupleChanges(db, secondsBefore(now, outbox), RETENTION_BATCH),
+  }
 }

@@ -1,6 +1,7 @@
 // Decorates `app.authz`: the authorization port (OpenFGA when configured, the embedded evaluator
-// otherwise), the parsed model, the outbox worker and `check(principal, relation, object)`; adds
-// the authorization readiness check; needs config, db and health. Checks fail closed: an
+// otherwise), the parsed model, the outbox worker (started and stopped with the other outbox
+// workers, src/features/outbox-workers.ts) and `check(principal, relation, object)`; adds the
+// authorization readiness check; needs config, db and health. Checks fail closed: an
 // authorization server that cannot answer gives 503, never an allow.
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
@@ -33,8 +34,6 @@ declare module 'fastify' {
 export interface AuthzPluginOptions {
   /** An adapter the caller owns (tests); otherwise chosen from the configuration. */
   port?: AuthorizationPort | undefined
-  /** false: the outbox worker does not poll (tests drive `app.authz.outbox.runOnce()`). */
-  startWorker?: boolean | undefined
 }
 
 async function configuredPort(app: FastifyInstance, model: ModelIndex): Promise<AuthorizationPort> {
@@ -107,11 +106,7 @@ async function authzPlugin(app: FastifyInstance, options: AuthzPluginOptions) {
     checkWithRead: permissions.checkWithRead,
   } satisfies Authz)
   app.readiness.add('authorization', () => port.ready())
-  if (options.startWorker ?? true) app.addHook('onReady', () => outbox.start())
-  app.addHook('onClose', async () => {
-    await outbox.stop()
-    if (!options.port) await port.close()
-  })
+  if (!options.port) app.addHook('onClose', () => port.close())
 }
 
 export default fp(authzPlugin, { name: 'authz', fastify: '5.x', dependencies: ['config', 'db', 'health'] })

@@ -6,19 +6,13 @@ import type { Permissions } from '../authz/permissions.ts'
 import type { TupleRecorder } from '../authz/tuples.ts'
 import type { Clock } from '../clock.ts'
 import { auditChainSecrets, type Config, jwtSecrets } from '../config.ts'
-import { type DatabaseHandle, inTransaction } from '../db/database.ts'
-import { LISTEN_LOST, LISTEN_RESET } from '../db/notifications.ts'
+import type { DatabaseHandle } from '../db/database.ts'
 import type { Database } from '../db/schema.ts'
 import { EventBus } from '../events.ts'
 import type { SealedMailData } from '../mail/outbox.ts'
 import type { MailTemplates } from '../mail/templates.ts'
 import { hashParameters, PasswordHasher } from '../security/passwords.ts'
-import {
-  parseRevocation,
-  publishRevocation,
-  REVOCATION_CHANNEL,
-  type RevocationListener,
-} from '../security/revocation.ts'
+import { listenForRevocations, type RevocationListener } from '../security/revocation.ts'
 import { SecretBox } from '../security/secret-box.ts'
 import { AccessTokens } from '../security/tokens.ts'
 import type { ObjectStore } from '../storage/port.ts'
@@ -26,7 +20,6 @@ import {
   AccountLinks,
   EmailChanges,
   EmailProofs,
-  incrementSessionVersion,
   OtpService,
   OwnAccount,
   type PasswordResetHandler,
@@ -36,20 +29,21 @@ import {
 } from './accounts/index.ts'
 import { AuditEvents } from './audit-events/index.ts'
 import { FileService } from './files/index.ts'
-import { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from './machine-principals/index.ts'
-import { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './organizations/index.ts'
+import { ApiKeys, lastUseFlush, ServiceAccounts } from './machine-principals/index.ts'
+import { OrganizationConfig } from './organizations/index.ts'
 import { OutboxStatus } from './outbox-status/index.ts'
 import { PasskeyService } from './passkeys/index.ts'
 import { createPurchaseRequests, type PurchaseRequests } from './purchase-requests/index.ts'
 import {
   AccountAuthenticator,
   accountSessionVersions,
+  bumpSessionVersion,
   type CredentialAuthenticator,
   EmailSignIns,
   endOtherUserSessions,
   endUserSessions,
   NewDeviceNotice,
-  type SecondFactorCheck,
+  passkeyOrOtp,
   SessionGate,
   SessionService,
   type SessionVersionProvider,
@@ -87,8 +81,6 @@ export interface Extensions {
   events?: EventBus | undefined
   /** Resolves webhook endpoints' host names (default: the system's resolver). */
   webhookResolve?: Resolve | undefined
-  /** false: the webhook outbox worker does not poll (CLI; tests drive `services.webhookWorker.runOnce()`). */
-  startWebhookWorker?: boolean | undefined
 }
 
 export interface Services {
@@ -127,7 +119,7 @@ export interface Services {
   purchaseRequests: PurchaseRequests
   /** An organization's webhook endpoints (/api/webhooks). */
   webhooks: Webhooks
-  /** Delivers the webhook outbox. */
+  /** Delivers the webhook outbox (started and stopped by src/features/outbox-workers.ts). */
   webhookWorker: WebhookOutboxWorker
   /** What an organization's mail and webhook outboxes hold (/api/outbox-status). */
   outboxStatus: OutboxStatus
@@ -172,16 +164,9 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     box: new SecretBox(jwtSecrets(config), 'otp-secret-encryption'),
   })
   const passkeys = new PasskeyService({ audit, db, clock, config })
-  // A passkey of the account in place of the OTP code; otherwise the code when OTP is on. The same
+  // A passkey of the account in place of the OTP code; otherwise the code when OTP is on: the same
   // check for a password login and an email sign-in.
-  const secondFactor: SecondFactorCheck = async (account, { otpCode, passkey }) => {
-    if (passkey) {
-      await passkeys.verifySecondFactor(account.id, passkey)
-      return 'passkey'
-    }
-    if (!account.otp_enabled) return null
-    return (await otp.verifyAtLogin(account, otpCode)) ? 'otp' : false
-  }
+  const secondFactor = passkeyOrOtp({ passkeys, otp })
   const accountAuthenticator = new AccountAuthenticator({ audit, db, clock, config, passwords, secondFactor })
   const serviceAccounts = new ServiceAccounts({ audit, db, clock, config, tokens, tuples: authz.tuples })
   const apiKeys = new ApiKeys({ audit, db, clock, config, tokens, tuples: authz.tuples, permissions: authz })
@@ -277,13 +262,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   ports.mail.templates.register('webhook_disabled', webhookDisabledTemplate)
 
   // Bindings between features.
-  if (builtInVersions)
-    events.on('UserSessionsRevokedEvent', ({ userId }) =>
-      inTransaction(db, async (trx) => {
-        await incrementSessionVersion(trx, userId)
-        await publishRevocation(trx, { kind: 'user', id: userId })
-      }),
-    )
+  if (builtInVersions) events.on('UserSessionsRevokedEvent', bumpSessionVersion(db))
   // Whatever holds credentials' state drops what a revocation names, on every instance.
   const revocationListeners: RevocationListener[] = [
     apiKeys,
@@ -320,44 +299,21 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   }
 
   // Last use of API keys is gathered in memory and written in one batch a minute, and on stop.
-  const flushLastUse = () =>
-    apiKeys.flushLastUse().catch((error: unknown) => log.warn({ err: error }, 'recording API key use failed'))
-  let flushTimer: NodeJS.Timeout | undefined
-  let unlisten: (() => Promise<void>) | undefined
+  const lastUse = lastUseFlush(apiKeys, log)
+  let stopFollowingConfig: (() => Promise<void>) | undefined
   let unlistenRevocations: (() => Promise<void>) | undefined
 
   return {
     services,
     async start() {
-      flushTimer = setInterval(flushLastUse, LAST_USE_FLUSH_MS)
-      flushTimer.unref()
-      // Configuration changes on any instance reach this one's cache through LISTEN/NOTIFY.
-      unlisten = await ports.database.listen(ORGANIZATION_CONFIG_CHANNEL, (payload) => {
-        if (payload === LISTEN_LOST) log.warn('configuration change notifications lost; cache bypassed')
-        if (payload === LISTEN_RESET) log.info('configuration change notifications resumed')
-        orgConfig.applyNotification(payload)
-      })
-      orgConfig.setListening(true)
-      if (extensions.startWebhookWorker !== false) await webhookWorker.start()
-      unlistenRevocations = await ports.database.listen(REVOCATION_CHANNEL, (payload) => {
-        if (payload === LISTEN_LOST || payload === LISTEN_RESET) {
-          // Revocations may have been missed: nothing cached is trusted any more.
-          for (const listener of revocationListeners) listener.clear()
-          if (payload === LISTEN_LOST) log.warn('revocation notifications lost; credential caches cleared')
-          else log.info('revocation notifications resumed; credential caches cleared')
-          return
-        }
-        const revocation = parseRevocation(payload)
-        if (revocation) for (const listener of revocationListeners) listener.revoked(revocation)
-      })
+      lastUse.start()
+      stopFollowingConfig = await orgConfig.followChanges(ports.database.listen, log)
+      unlistenRevocations = await listenForRevocations(ports.database.listen, revocationListeners, log)
     },
     async stop() {
-      clearInterval(flushTimer)
-      orgConfig.setListening(false)
-      await unlisten?.()
+      await stopFollowingConfig?.()
       await unlistenRevocations?.()
-      await webhookWorker.stop()
-      await flushLastUse()
+      await lastUse.stop()
     },
   }
 }

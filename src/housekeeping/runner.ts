@@ -14,6 +14,12 @@ export interface RetentionRule {
   sweep(db: Kysely<Database>, now: Date): Promise<number>
 }
 
+/** The rows a rule removes at most per sweep: small batches, so no sweep holds long locks. */
+export const RETENTION_BATCH = 500
+
+/** The cutoff of a retention window: `seconds` before `now`. */
+export const secondsBefore = (now: Date, seconds: number) => new Date(now.getTime() - seconds * 1000)
+
 export interface HousekeepingDeps {
   db: Kysely<Database>
   clock: Clock

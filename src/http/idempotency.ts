@@ -1,10 +1,11 @@
-// Idempotency-Key on POST creates (fault F15, a lost response): a route with `config.idempotent`
-// accepts the header (1-255 visible ASCII). The first request with a key claims it and records its
-// 2xx answer; the same key from the same principal within 24 h (platform.retention.idempotency-keys)
-// gets that answer again (`Idempotent-Replayed: true`) without running the handler, and a copy sent
-// while the first still runs waits for it, so 20 parallel copies make one resource. The same key with
-// a different request is 409 IDEMPOTENCY_KEY_REUSED. A failed request gives its key back. Needs db,
-// clock and auth (the principal).
+// Idempotency-Key on POST creates, so that a client whose answer was lost can send the create again
+// without making a second resource: a route with `config.idempotent` accepts the header (1-255
+// visible ASCII). The first request with a key claims it and records its 2xx answer; the same key
+// from the same principal within 24 h (platform.retention.idempotency-keys) gets that answer again
+// (`Idempotent-Replayed: true`) without running the handler, and a copy sent while the first still
+// runs waits for it, so 20 parallel copies make one resource. The same key with a different request
+// is 409 IDEMPOTENCY_KEY_REUSED. A failed request gives its key back. Needs db, clock and auth (the
+// principal).
 import { createHash } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Type } from '@sinclair/typebox'
@@ -17,10 +18,13 @@ import type {
 } from 'fastify'
 import fp from 'fastify-plugin'
 import stringify from 'safe-stable-stringify'
+import type { Config } from '../config.ts'
 import type { AlongWith } from '../db/database.ts'
 import { AppError, problemResponses } from '../errors.ts'
+import { RETENTION_BATCH, type RetentionRule, secondsBefore } from '../housekeeping/runner.ts'
 import {
   claimIdempotencyKey,
+  deleteExpiredIdempotencyKeys,
   findIdempotencyKey,
   type IdempotencyKeyRow,
   recordIdempotentAnswer,
@@ -222,6 +226,16 @@ async function idempotencyPlugin(app: FastifyInstance) {
       await releaseIdempotencyKey(app.db, claimed.principalId, claimed.key)
     }
     return payload
+  }
+}
+
+/** Retention: a key and its answer are kept `platform.retention.idempotency-keys`, then go. */
+export function idempotencyKeyRetention(config: Config): RetentionRule {
+  const { idempotencyKeys } = config.retention
+  return {
+    name: 'idempotency_keys',
+    sweep: (db, now) =>
+      deleteExpiredIdempotencyKeys(db, secondsBefore(now, idempotencyKeys), RETENTION_BATCH),
   }
 }
 

@@ -1,5 +1,6 @@
 import { type RawBuilder, sql } from 'kysely'
 import type { Executor } from '../db/schema.ts'
+import type { StatementHits } from '../db/statement-limits.ts'
 
 /** The upsert that counts one hit in the key's fixed window when `when` holds; returns the count. */
 const countHit = (key: string, windowStart: Date, when: RawBuilder<boolean>) => sql<{ count: number }>`
@@ -23,22 +24,6 @@ export interface StatementHit {
   max: number
 }
 
-/** Hits rendered for another statement's `with` list (`hitsInStatement`). */
-export interface StatementHits {
-  /**
-   * The CTEs `rate_hit_0 as (…), rate_hit_1 as (…), ` (a trailing comma), to open a `with` list the
-   * statement's own CTEs follow; empty without hits. Each counts as `hitRateLimit` does, and only
-   * when the ones before it stayed within their allowance, as `enforceRateLimits` stops at the first
-   * exceeded one. A data-modifying CTE runs to completion whether or not the statement reads it, so
-   * the hits are counted whatever the rest of the statement does.
-   */
-  ctes: RawBuilder<unknown>
-  /** A condition true when every hit stayed within its allowance: the guard of the statement's work. */
-  within: RawBuilder<boolean>
-  /** An `int[]` expression of the counts in order (null for a hit not counted after an exceeded one). */
-  counts: RawBuilder<(number | null)[]>
-}
-
 const hitName = (index: number) => sql.raw(`rate_hit_${index}`)
 const withinAllowance = (hits: readonly StatementHit[]) =>
   hits.length === 0
@@ -50,8 +35,10 @@ const withinAllowance = (hits: readonly StatementHit[]) =>
 
 /**
  * The hits of `hits` as CTEs of another statement (a handler's one statement counts its route's
- * limit and does its work, guarded by `within`, in one round trip). The text depends only on how
- * many hits there are, so it stays one prepared statement.
+ * limit and does its work, guarded by `within`, in one round trip). Each counts as `hitRateLimit`
+ * does, and only when the ones before it stayed within their allowance, as `enforceRateLimits` stops
+ * at the first exceeded one. The text depends only on how many hits there are, so it stays one
+ * prepared statement.
  */
 export function hitsInStatement(hits: readonly StatementHit[]): StatementHits {
   const ctes = hits.map(

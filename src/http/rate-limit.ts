@@ -2,15 +2,10 @@ import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
 import type { Config } from '../config.ts'
 import type { Database } from '../db/schema.ts'
+import type { LimitsInStatement, StatementLimits } from '../db/statement-limits.ts'
 import { AppError } from '../errors.ts'
-import type { RetentionRule } from '../housekeeping/runner.ts'
-import {
-  deleteRateLimitsBefore,
-  hitRateLimit,
-  hitsInStatement,
-  type StatementHits,
-  unhitRateLimit,
-} from './rate-limit-store.ts'
+import { RETENTION_BATCH, type RetentionRule, secondsBefore } from '../housekeeping/runner.ts'
+import { deleteRateLimitsBefore, hitRateLimit, hitsInStatement, unhitRateLimit } from './rate-limit-store.ts'
 
 /** The fixed windows a limit counts in, in seconds. */
 export const RATE_LIMIT_WINDOWS = { minute: 60, hour: 3600 } as const
@@ -35,9 +30,9 @@ export interface RateLimitRule {
   failuresOnly?: boolean
   /**
    * Counted by the handler's own statement instead of one of its own before the handler: the
-   * preHandler skips the rule and the handler must pass `statementLimits(request, config)` to
-   * `countInStatement` and include its hits in its statement, guarding its work with them. Not
-   * with `failuresOnly` (nothing gives such a hit back).
+   * preHandler skips the rule and the handler must pass `statementLimits(request, config)` to its
+   * service, whose statement includes the hits and guards its work with them. Not with
+   * `failuresOnly` (nothing gives such a hit back).
    */
   inStatement?: boolean
 }
@@ -117,30 +112,26 @@ export async function enforceRateLimits(
   return counted
 }
 
-/** The concrete limits of the route's rules marked `inStatement`, for the handler to count. */
+/**
+ * The route's rules marked `inStatement` as the port the handler hands its service
+ * (src/db/statement-limits.ts): the service renders them at its own `now` (`countInStatement`)
+ * and counts them in its statement.
+ */
 export function statementLimits(
   request: { ip: string; body?: unknown; routeOptions: { config: { rateLimit?: readonly RateLimitRule[] } } },
   config: Config,
-): Limit[] {
+): StatementLimits {
   const rules = request.routeOptions.config.rateLimit?.filter((rule) => rule.inStatement) ?? []
-  return rules.length === 0 ? [] : limitsFor(rules, config, request)
-}
-
-/** Limits counted by a handler's statement: the CTEs to include, and the check of their counts. */
-export interface LimitsInStatement {
-  hits: StatementHits
-  /**
-   * Throws 429 RATE_LIMITED, with Retry-After as `enforceRateLimits` answers, for the first
-   * exceeded limit of the counts the statement returned (its `hits.counts`).
-   */
-  check(counts: readonly (number | null)[]): void
+  const limits = rules.length === 0 ? [] : limitsFor(rules, config, request)
+  return { none: limits.length === 0, at: (now) => countInStatement(limits, now) }
 }
 
 /**
  * `limits` to be counted in the handler's one statement at `now` (the windows it falls in): the
  * statement includes `hits.ctes`, does its work only where `hits.within` holds, returns
- * `hits.counts`, and the handler calls `check` on them before anything else. Same counting and
- * answer as the preHandler's, without a round trip of its own.
+ * `hits.counts`, and its caller calls `check` on them before anything else. Same counting and
+ * answer as the preHandler's, without a round trip of its own: `check` throws 429 RATE_LIMITED with
+ * Retry-After as `enforceRateLimits` answers.
  */
 export function countInStatement(limits: readonly Limit[], now: Date): LimitsInStatement {
   const at = now.getTime()
@@ -185,6 +176,5 @@ export const LONGEST_WINDOW_SECONDS = Math.max(...Object.values(RATE_LIMIT_WINDO
 /** Retention: a counter whose window has passed counts nothing any more. */
 export const rateLimitRetention: RetentionRule = {
   name: 'rate_limits',
-  sweep: (db, now) =>
-    deleteRateLimitsBefore(db, new Date(now.getTime() - LONGEST_WINDOW_SECONDS * 1000), 500),
+  sweep: (db, now) => deleteRateLimitsBefore(db, secondsBefore(now, LONGEST_WINDOW_SECONDS), RETENTION_BATCH),
 }

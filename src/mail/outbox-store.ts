@@ -95,3 +95,18 @@ export async function releaseMail(db: Executor, row: MailOutboxRow): Promise<voi
     .where('lease_until', '=', row.lease_until ?? new Date())
     .execute()
 }
+
+/** Mail sent or given up before the cutoff; returns how many went. */
+export async function deleteFinishedMail(db: Executor, cutoff: Date, limit: number): Promise<number> {
+  const result = await db
+    .deleteFrom('mail_outbox')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('mail_outbox')
+        .select('id')
+        .where((w) => w.or([w('sent_at', '<', cutoff), w('failed_at', '<', cutoff)]))
+        .limit(limit),
+    )
+    .executeTakeFirst()
+  return Number(result.numDeletedRows)
+}

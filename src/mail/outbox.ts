@@ -1,11 +1,14 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
 import type { Clock } from '../clock.ts'
+import type { Config } from '../config.ts'
 import type { Database, Tx } from '../db/schema.ts'
+import { RETENTION_BATCH, type RetentionRule, secondsBefore } from '../housekeeping/runner.ts'
 import { type OutboxHandler, OutboxWorker, type OutboxWorkerOptions, retryDelayMs } from '../outbox/engine.ts'
 import { SecretBox } from '../security/secret-box.ts'
 import {
   claimMail,
+  deleteFinishedMail,
   insertMail,
   type MailOutboxRow,
   markMailFailed,
@@ -279,5 +282,17 @@ class MailDelivery implements OutboxHandler {
     }
     if (giveUp) this.#log.error(fields, 'mail delivery failed; giving up')
     else this.#log.warn({ ...fields, nextAttemptAt }, 'mail delivery failed; will retry')
+  }
+}
+
+/**
+ * Retention: a message sent or given up is kept `platform.retention.outbox`, then goes; one still to
+ * send stays whatever its age.
+ */
+export function mailOutboxRetention(config: Config): RetentionRule {
+  const { outbox } = config.retention
+  return {
+    name: 'mail_outbox',
+    sweep: (db, now) => deleteFinishedMail(db, secondsBefore(now, outbox), RETENTION_BATCH),
   }
 }

@@ -1,5 +1,6 @@
 // Decorates `app.mail` (sealing of message data, the delivery worker, the transport, the template
-// registry); needs config and db. The worker starts when the app is ready and stops on close.
+// registry); needs config and db. The worker is started and stopped with the other outbox workers
+// (src/features/outbox-workers.ts).
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { jwtSecrets } from '../config.ts'
@@ -25,8 +26,6 @@ declare module 'fastify' {
 export interface MailPluginOptions {
   /** A transport owned by the caller (tests); the app then does not close it. */
   transport?: MailTransport
-  /** false: no polling; the caller drives `app.mail.worker.runOnce()` (tests, one-shot CLI commands). */
-  startWorker?: boolean
 }
 
 async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
@@ -51,13 +50,7 @@ async function mailPlugin(app: FastifyInstance, options: MailPluginOptions) {
     templates,
   })
 
-  if (options.startWorker !== false) {
-    app.addHook('onReady', () => worker.start())
-  }
-  app.addHook('onClose', async () => {
-    await worker.stop()
-    if (owned) await transport.close()
-  })
+  if (owned) app.addHook('onClose', () => transport.close())
 }
 
 export default fp(mailPlugin, { name: 'mail', fastify: '5.x', dependencies: ['config', 'db'] })

@@ -1,4 +1,6 @@
-import { notify } from '../db/notifications.ts'
+import type { FastifyBaseLogger } from 'fastify'
+import type { DatabaseHandle } from '../db/database.ts'
+import { LISTEN_LOST, LISTEN_RESET, notify } from '../db/notifications.ts'
 import type { Tx } from '../db/schema.ts'
 import { isUuid } from '../uuid.ts'
 
@@ -44,4 +46,26 @@ export interface RevocationListener {
   revoked(revocation: Revocation): void
   /** Drops everything: notifications may have been missed. */
   clear(): void
+}
+
+/**
+ * Tells `listeners` of every revocation published on any instance, from now until the returned
+ * function is called. When the LISTEN connection is lost, and again when it is back, revocations
+ * may have been missed: nothing cached is trusted any more, so every listener drops everything.
+ */
+export function listenForRevocations(
+  listen: DatabaseHandle['listen'],
+  listeners: readonly RevocationListener[],
+  log: Pick<FastifyBaseLogger, 'info' | 'warn'>,
+): Promise<() => Promise<void>> {
+  return listen(REVOCATION_CHANNEL, (payload) => {
+    if (payload === LISTEN_LOST || payload === LISTEN_RESET) {
+      for (const listener of listeners) listener.clear()
+      if (payload === LISTEN_LOST) log.warn('revocation notifications lost; credential caches cleared')
+      else log.info('revocation notifications resumed; credential caches cleared')
+      return
+    }
+    const revocation = parseRevocation(payload)
+    if (revocation) for (const listener of listeners) listener.revoked(revocation)
+  })
 }

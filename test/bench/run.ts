@@ -17,6 +17,7 @@ import { setTimeout as delay } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { sql } from 'kysely'
 import { openPGlite, openPostgres } from '../../src/db/database.ts'
+import { PurchaseRequestCursor } from '../../src/features/purchase-requests/repository.ts'
 import { freePort } from '../../src/lifecycle.ts'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode, START_NODE_FLAGS } from '../helpers/process.ts'
@@ -211,7 +212,7 @@ async function seedData(url: string | undefined, dataDir: string, organizationId
     `.execute(db)
     const row = deep.rows[0]
     const deepCursor = row
-      ? Buffer.from(JSON.stringify([new Date(row.created_at).toISOString(), row.id])).toString('base64url')
+      ? PurchaseRequestCursor.encode({ createdAt: new Date(row.created_at), id: row.id })
       : ''
     const pool = (
       await sql<{

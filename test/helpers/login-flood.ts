@@ -1,10 +1,10 @@
 import http from 'node:http'
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads'
 
-// A bounded login flood on loopback (fault F16): `total` POST /api/auth/login, `concurrency` at a
-// time, over keep-alive connections, each from a source address of 127.0.0.0/8 (Linux routes the
-// whole block to loopback, so one machine can be many clients). It runs in a worker thread, so the
-// test's own event loop stays free to time the service's other endpoints during the flood.
+// A bounded login flood on loopback: `total` POST /api/auth/login, `concurrency` at a time, over
+// keep-alive connections, each from a source address of 127.0.0.0/8 (Linux routes the whole block
+// to loopback, so one machine can be many clients). It runs in a worker thread, so the test's own
+// event loop stays free to time the service's other endpoints during the flood.
 
 export interface FloodOptions {
   base: string

@@ -7,9 +7,9 @@ import { queueTupleChanges } from '../helpers/authz.ts'
 import { FakeOpenFga } from '../helpers/fake-openfga.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
-// Fault F8: the authorization server (an OpenFGA-compatible server, reached through a
-// TCP proxy) goes away. Checks fail closed with 503, never an allow remembered from before; tuple
-// changes stay queued and land, in order, once it is back.
+// The authorization server (an OpenFGA-compatible server, reached through a TCP proxy) goes away.
+// Checks fail closed with 503, never an allow remembered from before; tuple changes stay queued and
+// land, in order, once it is back.
 
 describe('the authorization server going away under the service', () => {
   let fake: FakeOpenFga
@@ -48,7 +48,7 @@ describe('the authorization server going away under the service', () => {
       payload: { relation: 'admin', objectType: 'organization', objectId: admin.user.organizationId },
     })
 
-  it('F8: fails closed with 503 while it is down, never with an allow it gave before', async () => {
+  it('fails closed with 503 while it is down, never with an allow it gave before', async () => {
     expect((await check()).json()).toEqual({ allowed: true })
     await proxy.cut()
     try {
@@ -65,7 +65,7 @@ describe('the authorization server going away under the service', () => {
     expect((await check()).json()).toEqual({ allowed: true })
   }, 30_000)
 
-  it('F8: keeps tuple changes queued while it is down and delivers them in order once it is back', async () => {
+  it('keeps tuple changes queued while it is down and delivers them in order once it is back', async () => {
     const tuple = {
       subject: 'user:late',
       relation: 'member',

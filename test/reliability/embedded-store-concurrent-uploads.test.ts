@@ -2,13 +2,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { S3ObjectStore } from '../../src/storage/s3.ts'
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 
-// Found by the kill -9 test (kill-restart.test.ts, fault F17), whose clients upload at the same
-// time: on the embedded S3 server (src/storage/embedded-s3.ts, which serves @20minutes/s3rver's
-// filesystem store), an object written while another object of the same "directory" is deleted can
-// be lost. DeleteObject prunes the directories its key leaves empty: it checks that the directory
-// is empty (readdirSync), then, after an await, removes it recursively (fs.rm), taking along what a
-// concurrent PutObject created there in between; the PUT has answered 200, or fails with 500.
-// In the service this is two attachments of one purchase request uploaded at once: confirming the
+// Found by the kill -9 test (kill-restart.test.ts), whose clients upload at the same time: on the
+// embedded S3 server (src/storage/embedded-s3.ts, which serves @20minutes/s3rver's filesystem
+// store), an object written while another object of the same "directory" is deleted can be lost.
+// DeleteObject prunes the directories its key leaves empty: it checks that the directory is empty
+// (readdirSync), then, after an await, removes it recursively (fs.rm), taking along what a
+// concurrent PutObject created there in between; the PUT has answered 200, or fails with 500. In
+// the service this is two attachments of one purchase request uploaded at once: confirming the
 // first deletes its staging object `uploads/org/<org>/purchase_request/<id>/<file>` while the
 // second's bytes are written next to it; the second's confirm then answers 409 UPLOAD_NOT_FOUND for
 // good. Here both steps are done as the service and a browser do them: the delete through the

@@ -15,13 +15,13 @@ import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 import { SmtpSink } from '../helpers/smtp-sink.ts'
 
-// Fault F17 (kill -9 under load): the service (src/server.ts, its own process, real PostgreSQL, the S3 server
-// and a real SMTP server of this test) is SIGKILLed at a random moment of a mixed workload, 20 times,
-// and restarted on the same database. Four admins of one organization run, each in a loop: logins,
-// refreshes of their strict token chain, logouts, purchase-request creates, submits and approvals
-// (which queue an email), uploads (initiate, PUT to the store, confirm), PDF reports, invitations,
-// admin-triggered and self-service resets (which queue email). After each restart, by SQL and
-// against the store:
+// A kill -9 under load: the service (src/server.ts, its own process, real PostgreSQL, the S3 server
+// and a real SMTP server of this test) is SIGKILLed at a random moment of a mixed workload, 20
+// times, and restarted on the same database. Four admins of one organization run, each in a loop:
+// logins, refreshes of their strict token chain, logouts, purchase-request creates, submits and
+// approvals (which queue an email), uploads (initiate, PUT to the store, confirm), PDF reports,
+// invitations, admin-triggered and self-service resets (which queue email). After each restart, by
+// SQL and against the store:
 // - every session has one consistent refresh-token chain: exactly one token not rotated, each
 //   rotated token followed by the successor created in the same statement, a revoked session has no
 //   usable token and a live one's current token is not revoked;
@@ -33,7 +33,8 @@ import { SmtpSink } from '../helpers/smtp-sink.ts'
 //   until its lease (5 minutes) runs out;
 // - what the service acknowledged before the kill is there: created requests, transitions,
 //   confirmations, invitations, resets, sessions, and the refresh token a client was last given.
-// The randomness (operations, kill moments) comes from one seed, printed; F17_SEED=<n> replays it.
+// The randomness (operations, kill moments) comes from one seed, printed; KILL_RESTART_SEED=<n>
+// replays it.
 
 const ROUNDS = 20
 const CLIENTS = 4
@@ -329,8 +330,8 @@ async function violations(db: TestDatabase['handle']['db'], query: ReturnType<ty
   return (await query.execute(db)).rows
 }
 
-describe.skipIf(!usingPostgres())('F17: kill -9 of the service at random points of a mixed workload', () => {
-  const seed = Number(process.env.F17_SEED ?? randomInt(2 ** 31))
+describe.skipIf(!usingPostgres())('kill -9 of the service at random points of a mixed workload', () => {
+  const seed = Number(process.env.KILL_RESTART_SEED ?? randomInt(2 ** 31))
   let database: TestDatabase
   let s3: TestS3
   let store: S3ObjectStore
@@ -342,7 +343,7 @@ describe.skipIf(!usingPostgres())('F17: kill -9 of the service at random points 
   const clients: Client[] = []
 
   beforeAll(async () => {
-    process.stdout.write(`F17 seed: ${seed} (replay with F17_SEED=${seed})\n`)
+    process.stdout.write(`kill -9 seed: ${seed} (replay with KILL_RESTART_SEED=${seed})\n`)
     ;[database, s3, smtp, dataDir] = await Promise.all([
       createTestDatabase({ poolSize: 3 }),
       startTestS3(),
@@ -716,7 +717,7 @@ describe.skipIf(!usingPostgres())('F17: kill -9 of the service at random points 
       mailsSentTwice: counts.filter((n) => n === 2).length,
       staleLeasesExpired: Number(stale.numAffectedRows ?? 0),
     }
-    process.stdout.write(`F17 figures: ${JSON.stringify(figures)}\n`)
+    process.stdout.write(`kill -9 figures: ${JSON.stringify(figures)}\n`)
     expect(kills).toBe(ROUNDS)
   }, 180_000)
 })

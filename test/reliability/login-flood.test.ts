@@ -9,11 +9,11 @@ import { type FloodResult, floodInWorker } from '../helpers/login-flood.ts'
 import { runNode } from '../helpers/process.ts'
 import { type ServiceProcess, startService } from '../helpers/service-process.ts'
 
-// Fault F16: a bounded login flood on loopback against the service as `npm start` runs
-// it (a process of its own, production-strength argon2id, the default limits: 10 logins a minute
-// per client address and per account, lockout after 5 failures). 2,000 wrong-password logins, 50 at
-// a time, first from one address with a new username each time (the per-address limit), then at
-// one account from 400 addresses (the per-account limit and the lockout). Must hold:
+// A bounded login flood on loopback against the service as `npm start` runs it (a process of its
+// own, production-strength argon2id, the default limits: 10 logins a minute per client address and
+// per account, lockout after 5 failures). 2,000 wrong-password logins, 50 at a time, first from one
+// address with a new username each time (the per-address limit), then at one account from 400
+// addresses (the per-account limit and the lockout). Must hold:
 // - the limits answer 429 RATE_LIMITED with Retry-After before any password hash: the service's
 //   argon2 verifications, counted inside its process (test/helpers/argon2-probe.ts), are exactly
 //   its non-429 answers, and never more than the limits allow;
@@ -72,7 +72,7 @@ const loopMaxMs = (metrics: string) => {
 const windowsSpanned = (flood: FloodResult) =>
   Math.floor(flood.endedAt / 60_000) - Math.floor(flood.startedAt / 60_000) + 1
 
-describe.skipIf(!usingPostgres())('F16: a login flood on loopback', () => {
+describe.skipIf(!usingPostgres())('a login flood on loopback', () => {
   let database: TestDatabase
   let dataDir: string
   let service: ServiceProcess
@@ -187,7 +187,7 @@ describe.skipIf(!usingPostgres())('F16: a login flood on loopback', () => {
       scrapes: run.loopMaxMs.length,
       floodSeconds: (run.flood.endedAt - run.flood.startedAt) / 1000,
     }
-    process.stdout.write(`F16 figures: ${JSON.stringify(figures)}\n`)
+    process.stdout.write(`login flood figures: ${JSON.stringify(figures)}\n`)
     expect(run.health.every((h) => h.status === 200)).toBe(true)
     // Enough samples for a 99th percentile to mean something.
     expect(run.health.length).toBeGreaterThanOrEqual(100)
@@ -231,7 +231,7 @@ describe.skipIf(!usingPostgres())('F16: a login flood on loopback', () => {
     // Each answered attempt cost one verification (unknown users verify a dummy hash); a 429 none.
     expect(run.verifications).toBe(refused.length)
     process.stdout.write(
-      `F16 per address: ${limited.length} × 429, ${refused.length} × 401, ${run.verifications} argon2 verifications\n`,
+      `login flood per address: ${limited.length} × 429, ${refused.length} × 401, ${run.verifications} argon2 verifications\n`,
     )
     expectServiceResponsive(run)
   }, 60_000)
@@ -271,7 +271,7 @@ describe.skipIf(!usingPostgres())('F16: a login flood on loopback', () => {
     expect(account.failed_attempts).toBe(MAX_ATTEMPTS)
     expect(account.locked_until).not.toBeNull()
     process.stdout.write(
-      `F16 per account: ${limited.length} × 429, ${wrong.length} × 401 INVALID_CREDENTIALS, ${locked.length} × 401 ACCOUNT_LOCKED, ${run.verifications} argon2 verifications\n`,
+      `login flood per account: ${limited.length} × 429, ${wrong.length} × 401 INVALID_CREDENTIALS, ${locked.length} × 401 ACCOUNT_LOCKED, ${run.verifications} argon2 verifications\n`,
     )
     expectServiceResponsive(run)
   }, 60_000)

@@ -17,12 +17,13 @@ import { createTestApp, type TestApp } from '../helpers/app.ts'
 import { TestSmtpServer } from '../helpers/smtp.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
-// Faults F6 and F7, with a real SMTP server behind a TCP proxy that the test cuts.
-// F6: the SMTP server is down for minutes (of the test clock): requests that send mail still answer
-// 202 at once, the outbox backs off, and delivers once the server is back; a message that keeps
-// failing is dead-lettered and shows in the metrics and the outbox report the CLI prints.
-// F7: the service dies after the SMTP server accepted a message but before it recorded it as sent:
-// the message goes out at most once more, with the same Message-ID and the same link.
+// Two mail failures, with a real SMTP server behind a TCP proxy that the test cuts.
+// An outage: the SMTP server is down for minutes (of the test clock): requests that send mail still
+// answer 202 at once, the outbox backs off, and delivers once the server is back; a message that
+// keeps failing is dead-lettered and shows in the metrics and the outbox report the CLI prints.
+// A crash between sending and recording: the service dies after the SMTP server accepted a message
+// but before it recorded it as sent: the message goes out at most once more, with the same
+// Message-ID and the same link.
 
 const FIVE_MINUTES = 5 * 60_000
 const LEASE_MS = 5 * 60_000
@@ -67,7 +68,7 @@ describe('the SMTP server going away under the service', () => {
     smtp.clear()
   })
 
-  it('F6: answers 202 while SMTP is down, backs off for minutes, then delivers each message once', async () => {
+  it('answers 202 while SMTP is down, backs off for minutes, then delivers each message once', async () => {
     const admin = await newUser(t.app, { role: 'admin' })
     const member = await newUser(t.app, { organizationId: admin.organizationId })
     const session = await signIn(t.app, admin)
@@ -122,7 +123,7 @@ describe('the SMTP server going away under the service', () => {
     expect(confirmed.statusCode).toBe(200)
   })
 
-  it('F6: dead-letters a message that keeps failing, visible in /metrics and in the outbox report', async () => {
+  it('dead-letters a message that keeps failing, visible in /metrics and in the outbox report', async () => {
     const user = await newUser(t.app)
     const before = await outboxCounts(t.app.db)
     const gauge = async (state: string) => {
@@ -160,7 +161,7 @@ describe('the SMTP server going away under the service', () => {
     expect(t.logs.text()).not.toContain(user.email)
   })
 
-  it('F7: a service that dies after SMTP accepted a message but before recording it sends it at most once more, with the same Message-ID and link', async () => {
+  it('a service that dies after SMTP accepted a message but before recording it sends it at most once more, with the same Message-ID and link', async () => {
     const user = await newUser(t.app)
     // The first instance's transport hands the message to the SMTP server, which accepts it, and
     // then the instance never gets further: it is dead before it can record "sent".

@@ -21,9 +21,11 @@ import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
-// Faults F1-F3 against real PostgreSQL: the service reaches it through a TCP proxy
-// that the test cuts (every connection reset, new ones refused, as when the server stops) while
-// requests are in flight, then restores on the same port. The service is never restarted.
+// The database going away under the service (logins in flight when it goes, logins while it is
+// down, a refresh whose rotation fails on it), against real PostgreSQL: the service reaches it
+// through a TCP proxy that the test cuts (every connection reset, new ones refused, as when the
+// server stops) while requests are in flight, then restores on the same port. The service is never
+// restarted.
 
 /** The database reached through a TCP proxy the test can cut, and a pool on the proxy's side. */
 async function behindProxy(
@@ -69,7 +71,7 @@ describe.skipIf(!usingPostgres())('PostgreSQL going away under the service', () 
         .executeTakeFirstOrThrow()
     ).failed_attempts
 
-  it('F1/F2: logins answer 503 with no cookie and no lockout change while it is down, and work again once it is back', async () => {
+  it('logins answer 503 with no cookie and no lockout change while it is down, and work again once it is back', async () => {
     const before = await failedAttempts()
     await proxy.cut()
     try {
@@ -92,7 +94,7 @@ describe.skipIf(!usingPostgres())('PostgreSQL going away under the service', () 
     expect(again.statusCode, again.body).toBe(200)
   }, 30_000)
 
-  it('F1: logins in flight when it goes away end as 200 or 503, never 500, and never a cookie with a 503', async () => {
+  it('logins in flight when it goes away end as 200 or 503, never 500, and never a cookie with a 503', async () => {
     const inFlight = Array.from({ length: 10 }, () => login(t.app, user.email, user.password))
     await proxy.cut()
     const answers = await Promise.all(inFlight)
@@ -104,7 +106,7 @@ describe.skipIf(!usingPostgres())('PostgreSQL going away under the service', () 
     expect((await login(t.app, user.email, user.password)).statusCode).toBe(200)
   }, 30_000)
 
-  it('F3: a refresh that fails on the database answers 503 and leaves the session and its token intact', async () => {
+  it('a refresh that fails on the database answers 503 and leaves the session and its token intact', async () => {
     const session: Session = sessionOf(await login(t.app, user.email, user.password))
     await proxy.cut()
     const failed = await refresh(t.app, session)

@@ -10,13 +10,14 @@ import { type PostgresCluster, startPostgresCluster } from '../helpers/postgres-
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 
-// Faults F1 and F3 with a real server going away: the service runs as `npm start` runs
-// it (its own process), on a PostgreSQL cluster this test created, and the test stops that server
-// with pg_ctl while requests are in flight: a fast shutdown (every session terminated with 57P01,
-// then connections refused) and an immediate one (a crash: sessions dropped without a word, WAL
-// recovery at the next start). The service is never restarted: its pool must recover by itself.
-// The TCP-proxy variant of the same faults is postgres-outage.test.ts. Runs on the PostgreSQL leg
-// of CI, which has the server binaries.
+// The database going away (logins in flight and logins while it is down; a refresh whose rotation
+// fails on it), with a real server going away: the service runs as `npm start` runs it (its own
+// process), on a PostgreSQL cluster this test created, and the test stops that server with pg_ctl
+// while requests are in flight: a fast shutdown (every session terminated with 57P01, then
+// connections refused) and an immediate one (a crash: sessions dropped without a word, WAL recovery
+// at the next start). The service is never restarted: its pool must recover by itself. The
+// TCP-proxy variant of the same faults is postgres-outage.test.ts. Runs on the PostgreSQL leg of
+// CI, which has the server binaries.
 
 interface Reply {
   status: number
@@ -153,7 +154,7 @@ describe.skipIf(!usingPostgres())('a real PostgreSQL server stopped and started 
 
   const expectServiceAlive = () => expect(service.child.exitCode, service.output()).toBeNull()
 
-  it('F1/F2, fast shutdown: logins in flight end as 200 or 503, logins while it is stopped are 503 with no lockout change, and the pool recovers after the start', async () => {
+  it('fast shutdown: logins in flight end as 200 or 503, logins while it is stopped are 503 with no lockout change, and the pool recovers after the start', async () => {
     const before = await failedAttempts()
     const load = loginLoad(service.base, loadUsers)
     try {
@@ -200,7 +201,7 @@ describe.skipIf(!usingPostgres())('a real PostgreSQL server stopped and started 
     expectServiceAlive()
   }, 120_000)
 
-  it('F3, a crash (immediate shutdown) during a refresh: 503, the session and its token intact, the retry with the same cookie succeeds after recovery', async () => {
+  it('a crash (immediate shutdown) during a refresh: 503, the session and its token intact, the retry with the same cookie succeeds after recovery', async () => {
     const signedIn = await login(service.base, user.email, user.password)
     expect(signedIn.status).toBe(200)
     const cookie = refreshCookie(signedIn)

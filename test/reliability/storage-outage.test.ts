@@ -6,8 +6,8 @@ import { confirm, initiated, newEditor, putBytes } from '../helpers/files.ts'
 import { startTestS3, type TestS3 } from '../helpers/s3.ts'
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.ts'
 
-// Fault F11: the S3 store goes away (a TCP proxy in front of the embedded server is
-// cut) while uploads are under way. Signing needs no store; confirming does, and waits for it.
+// The S3 store goes away (a TCP proxy in front of the embedded server is cut) while uploads are
+// under way. Signing needs no store; confirming does, and waits for it.
 
 describe('the object store going away under the service', () => {
   let s3: TestS3
@@ -37,7 +37,7 @@ describe('the object store going away under the service', () => {
     (await t.app.db.selectFrom('files').select('status').where('id', '=', id).executeTakeFirstOrThrow())
       .status
 
-  it('F11: initiate still signs, confirm answers 503 and leaves the file PENDING, and confirms once the store is back', async () => {
+  it('initiate still signs, confirm answers 503 and leaves the file PENDING, and confirms once the store is back', async () => {
     const { session, resourceId } = await newEditor(t.app)
     await proxy.cut()
     const upload = await initiated(t.app, session, { resourceId, contentType: 'text/plain' })

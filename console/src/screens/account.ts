@@ -312,12 +312,14 @@ function twoFactorCard(context: ConsoleContext) {
 
   async function setUp() {
     const setup = unwrap(await api.POST('/api/auth/otp/setup'))
-    const qr = h('div', { id: 'otp-qr', class: 'qr' })
-    // The SVG comes from the service itself, and holds only the QR code's paths.
-    qr.innerHTML = setup.qrCodeSvg
-    const svg = qr.querySelector('svg')
+    const svg = qrCode(setup.qrCodeSvg)
     svg?.setAttribute('role', 'img')
     svg?.setAttribute('aria-label', 'QR code of the secret, for the authenticator app')
+    const qr = h(
+      'div',
+      { id: 'otp-qr', class: 'qr' },
+      svg ?? h('p', { class: 'hint' }, 'The QR code could not be shown: type the secret into the app.'),
+    )
     const code = h('input', {
       name: 'code',
       inputmode: 'numeric',
@@ -409,6 +411,46 @@ function twoFactorCard(context: ConsoleContext) {
     alert,
     body,
   )
+}
+
+const SVG = 'http://www.w3.org/2000/svg'
+
+/** What a QR code is drawn with: these elements, with these attributes. */
+const QR_SHAPES: Record<string, readonly string[]> = {
+  svg: ['viewBox', 'width', 'height', 'shape-rendering'],
+  path: ['d', 'fill', 'stroke', 'stroke-width'],
+  rect: ['x', 'y', 'width', 'height', 'fill'],
+}
+/** Numbers, path commands, colours and keywords: no `url(…)`, no scheme, no markup. */
+const QR_VALUE = /^[#\w\s.,-]*$/
+
+/**
+ * The QR code of the one-time-password setup answer, drawn anew: the answer's text is parsed as an
+ * inert XML document (nothing in it runs or loads), and only its shapes, with their geometry and
+ * colours, are copied into new SVG elements of the page; anything else in it is left out. Null when
+ * the text is no well-formed SVG.
+ */
+function qrCode(markup: string): SVGElement | null {
+  const parsed = new DOMParser().parseFromString(markup, 'image/svg+xml')
+  const root = parsed.documentElement
+  // Text that is not well-formed XML parses to an error report, and what came before the error.
+  if (parsed.getElementsByTagName('parsererror').length > 0) return null
+  return root.namespaceURI === SVG && root.localName === 'svg' ? copyShape(root) : null
+}
+
+function copyShape(source: Element): SVGElement | null {
+  const attributes = source.namespaceURI === SVG ? QR_SHAPES[source.localName] : undefined
+  if (!attributes) return null
+  const shape = document.createElementNS(SVG, source.localName)
+  for (const name of attributes) {
+    const value = source.getAttribute(name)
+    if (value !== null && QR_VALUE.test(value)) shape.setAttribute(name, value)
+  }
+  for (const child of source.children) {
+    const copied = copyShape(child)
+    if (copied) shape.append(copied)
+  }
+  return shape
 }
 
 function passkeysCard(context: ConsoleContext) {

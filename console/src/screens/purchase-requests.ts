@@ -42,13 +42,22 @@ interface Step {
   from: Status
   label: string
   done: string
-  allowed: (pr: PurchaseRequest, context: ConsoleContext) => boolean
+  /** Whether the service lets the signed-in user take the step, from what it answered. */
+  allowed: (pr: PurchaseRequest, context: ConsoleContext, may: Permissions) => boolean
+}
+
+/** What the service answered about the signed-in user and one request. */
+interface Permissions {
+  /** `can_edit` on the request, from POST /api/authz/check. */
+  canEdit: boolean
 }
 
 /**
- * The workflow of src/features/purchase-requests/workflow.ts and who may take each step (the
- * service's checks): submit needs the creator or an admin (can_edit), approve an admin. Only the
- * steps the signed-in user may take from the current status are offered.
+ * The workflow of src/features/purchase-requests/workflow.ts: the step each status offers. Who may
+ * take it is the service's answer, not the console's guess from the user's role: submit is the
+ * creator's or needs `can_edit`, approve needs `can_edit`, both asked of the permission check. A
+ * refusal the service gives anyway (403, or 409 when the request moved meanwhile) is shown as its
+ * problem, and the request shown afresh.
  */
 const STEPS = [
   {
@@ -56,17 +65,27 @@ const STEPS = [
     from: 'DRAFT',
     label: 'Submit for approval',
     done: 'submitted',
-    allowed: (pr: PurchaseRequest, context: ConsoleContext) =>
-      pr.createdBy === context.me.userId || context.isAdmin,
+    allowed: (pr: PurchaseRequest, context: ConsoleContext, may: Permissions) =>
+      pr.createdBy === context.me.userId || may.canEdit,
   },
   {
     action: 'approve',
     from: 'SUBMITTED',
     label: 'Approve',
     done: 'approved',
-    allowed: (_pr: PurchaseRequest, context: ConsoleContext) => context.isAdmin,
+    allowed: (_pr: PurchaseRequest, _context: ConsoleContext, may: Permissions) => may.canEdit,
   },
 ] as const satisfies readonly Step[]
+
+/** Asks the service what the signed-in user may do with the request. */
+async function permissionsOn(context: ConsoleContext, id: string): Promise<Permissions> {
+  const answer = unwrap(
+    await context.api.POST('/api/authz/check', {
+      body: { relation: 'can_edit', objectType: 'purchase_request', objectId: id },
+    }),
+  )
+  return { canEdit: answer.allowed }
+}
 
 const DONE: Record<string, string> = { submit: 'Submitted', approve: 'Approved' }
 
@@ -180,11 +199,15 @@ export function purchaseRequestScreen(context: ConsoleContext, [id = '']: string
   const body = h('div', { class: 'detail', 'aria-busy': 'true' })
   const reportButton = button('Create PDF report', () => void guard(alert, report))
   reportButton.id = 'pr-report'
+  // Filled once the service has said whether the user may attach files (`can_edit`).
+  const attachmentsHint = h('span')
+  const uploadSlot = h('div')
 
   async function load() {
-    const [pr, events] = await Promise.all([
+    const [pr, events, may] = await Promise.all([
       resources.GET('/api/purchase-requests/{id}', { params: { path: { id } } }).then(unwrap),
       resources.GET('/api/purchase-requests/{id}/history', { params: { path: { id } } }).then(unwrap),
+      permissionsOn(context, id),
     ])
     title.textContent = pr.title
     document.title = `${pr.title} · Platform core console`
@@ -200,7 +223,7 @@ export function purchaseRequestScreen(context: ConsoleContext, [id = '']: string
       h('div', null, h('dt', null, 'Last change'), h('dd', null, time(pr.updatedAt))),
       h('div', null, h('dt', null, 'Id'), h('dd', null, shortId(pr.id))),
     )
-    const steps = STEPS.filter((step) => step.from === pr.status && step.allowed(pr, context))
+    const steps = STEPS.filter((step) => step.from === pr.status && step.allowed(pr, context, may))
     fill(
       next,
       steps.length > 0
@@ -208,8 +231,8 @@ export function purchaseRequestScreen(context: ConsoleContext, [id = '']: string
         : pr.status === 'APPROVED'
           ? 'Approved: the workflow is complete.'
           : pr.status === 'SUBMITTED'
-            ? 'Waiting for an admin’s approval.'
-            : 'Its creator or an admin submits it.',
+            ? 'Waiting for approval, which you may not give.'
+            : 'Its creator, or someone who may edit it, submits it.',
     )
     fill(
       actions,
@@ -220,6 +243,14 @@ export function purchaseRequestScreen(context: ConsoleContext, [id = '']: string
       ),
       reportButton,
     )
+    // Uploading needs `can_edit` on the request too.
+    fill(
+      attachmentsHint,
+      may.canEdit
+        ? 'Files go from your browser straight to the object store.'
+        : 'You may not attach files to this request; you can download them.',
+    )
+    fill(uploadSlot, may.canEdit ? upload : null)
     fill(
       history,
       events.items.length === 0
@@ -243,7 +274,15 @@ export function purchaseRequestScreen(context: ConsoleContext, [id = '']: string
   async function move(action: (typeof STEPS)[number]['action'], done: string) {
     const path =
       action === 'submit' ? '/api/purchase-requests/{id}/submit' : '/api/purchase-requests/{id}/approve'
-    const moved = unwrap(await resources.POST(path, { params: { path: { id } } }))
+    let moved: PurchaseRequest
+    try {
+      moved = unwrap(await resources.POST(path, { params: { path: { id } } }))
+    } catch (error) {
+      // The service's refusal is shown (by guard); the page then shows the request as it is now:
+      // moved by someone else (409), or no longer the user's to move (403).
+      await load().catch(() => {})
+      throw error
+    }
     notify(`“${moved.title}” ${done}.`)
     await load()
   }
@@ -294,6 +333,7 @@ export function purchaseRequestScreen(context: ConsoleContext, [id = '']: string
     )
 
   const uploader = h('input', { id: 'attach', type: 'file' })
+  const upload = h('div', { class: 'upload' }, field('Attach a file', uploader), progress, uploadStatus)
   uploader.addEventListener('change', () => {
     const file = uploader.files?.[0]
     if (!file) return
@@ -338,19 +378,7 @@ export function purchaseRequestScreen(context: ConsoleContext, [id = '']: string
     body,
     alert,
     card({ title: 'Workflow' }, facts, next, actions),
-    card(
-      {
-        title: 'Attachments',
-        description: context.isAdmin
-          ? 'Files go from your browser straight to the object store.'
-          : 'Admins attach files; you can download them.',
-      },
-      attachmentsStatus,
-      attachments,
-      context.isAdmin
-        ? h('div', { class: 'upload' }, field('Attach a file', uploader), progress, uploadStatus)
-        : null,
-    ),
+    card({ title: 'Attachments', description: attachmentsHint }, attachmentsStatus, attachments, uploadSlot),
     card({ title: 'History' }, history),
   )
   return h(

@@ -11,7 +11,6 @@ import userRoutes from './user-routes.ts'
 export { AccountLinks } from './account-links.ts'
 export { accountLocked, type EndOtherSessions, type EndUserSessions } from './accounts.ts'
 export { EmailChanges } from './email-change.ts'
-export { deleteSpentEmailProofs } from './email-proof-repository.ts'
 export {
   EMAIL_PROOF_PAGES,
   type EmailProof,
@@ -34,6 +33,7 @@ export {
   unlockAccount,
   updatePasswordHash,
 } from './repository.ts'
+export { emailProofRetention, oneTimeTokenRetention } from './retention.ts'
 export { proofMethod, SignUps } from './sign-up.ts'
 export { UserAdministration } from './users.ts'
 

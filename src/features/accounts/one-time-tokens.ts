@@ -54,3 +54,18 @@ export async function retireOneTimeTokens(
 export function findOneTimeToken(db: Executor, tokenHash: string): Promise<OneTimeTokenRow | undefined> {
   return db.selectFrom('one_time_tokens').selectAll().where('token_hash', '=', tokenHash).executeTakeFirst()
 }
+
+/** One-time tokens used or expired before the cutoff; returns how many went. */
+export async function deleteSpentOneTimeTokens(db: Executor, cutoff: Date, limit: number): Promise<number> {
+  const result = await db
+    .deleteFrom('one_time_tokens')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('one_time_tokens')
+        .select('id')
+        .where((w) => w.or([w('used_at', '<', cutoff), w('expires_at', '<', cutoff)]))
+        .limit(limit),
+    )
+    .executeTakeFirst()
+  return Number(result.numDeletedRows)
+}

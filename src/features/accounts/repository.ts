@@ -1,4 +1,5 @@
 import { type ExpressionBuilder, type Selectable, sql } from 'kysely'
+import { type CursorKey, cursorCodec } from '../../db/paging.ts'
 import type { AccountTable, Database, Executor, Role } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 import { PasswordHasher } from '../../security/passwords.ts'
@@ -310,18 +311,23 @@ function userItems(db: Executor, tenant: TenantScope, now: Date) {
     .where('accounts.organization_id', '=', tenant.organizationId)
 }
 
+/** The list's cursors: a position in its order, an account's lower-cased email (unique). */
+export const UserCursor = cursorCodec('users', { lowerEmail: 'text' })
+export type UserPageKey = CursorKey<typeof UserCursor>
+
 /**
- * A page of the organization's accounts in the order of their lower-cased email (unique), after
- * `after` (the `sort_key` of the last row of the page before), of one status or all.
+ * A page of the organization's accounts in the order of their lower-cased email, after `after`
+ * (the `sort_key` of the last row of the page before), of one status or all.
  */
 export function listUsers(
   db: Executor,
   tenant: TenantScope,
-  options: { now: Date; status?: UserStatus | undefined; after?: string | undefined; limit: number },
+  options: { now: Date; status?: UserStatus | undefined; after?: UserPageKey | undefined; limit: number },
 ): Promise<(UserItemRow & { sort_key: string })[]> {
   let query = userItems(db, tenant, options.now)
   if (options.status) query = query.where(statusAt(options.now), '=', options.status)
-  if (options.after !== undefined) query = query.where(sql`lower(accounts.email)`, '>', options.after)
+  if (options.after !== undefined)
+    query = query.where(sql`lower(accounts.email)`, '>', options.after.lowerEmail)
   return query.orderBy(sql`lower(accounts.email)`).limit(options.limit).execute()
 }
 

@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox'
+import { Cursor } from '../../db/paging.ts'
 import { Uuid } from '../../uuid.ts'
 import { USER_STATUSES } from './repository.ts'
 
@@ -83,14 +84,7 @@ export const UserPage = Type.Object(
 export const UserListQuery = Type.Object(
   {
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Page size' })),
-    cursor: Type.Optional(
-      Type.String({
-        minLength: 1,
-        maxLength: 2000,
-        pattern: '^[A-Za-z0-9_-]+$',
-        description: 'nextCursor of the previous page',
-      }),
-    ),
+    cursor: Type.Optional(Cursor),
     status: Type.Optional(UserStatus),
   },
   { additionalProperties: false },

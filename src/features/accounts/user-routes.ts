@@ -3,10 +3,10 @@
 // table, not the authorization server.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Static } from '@sinclair/typebox'
-import { problemResponses, validationFailed } from '../../errors.ts'
+import { problemResponses } from '../../errors.ts'
 import { idempotentCreate } from '../../http/idempotency.ts'
 import { requireUser } from '../../principal.ts'
-import type { UserItemRow } from './repository.ts'
+import { UserCursor, type UserItemRow } from './repository.ts'
 import {
   Empty,
   InviteUserRequest,
@@ -33,22 +33,6 @@ export function toUser(row: UserItemRow): Static<typeof User> {
   }
 }
 
-/** A cursor is the last listed account's sort key (its lower-cased email), base64url-encoded. */
-const encodeCursor = (sortKey: string) => Buffer.from(sortKey, 'utf8').toString('base64url')
-
-function decodeCursor(cursor: string): string {
-  const sortKey = Buffer.from(cursor, 'base64url').toString('utf8')
-  // Only a cursor exactly as this API wrote it is accepted (no control characters: no email has them).
-  if (encodeCursor(sortKey) !== cursor || /\p{Cc}/u.test(sortKey)) {
-    throw validationFailed(
-      'querystring.cursor',
-      'is not a valid cursor',
-      'The cursor is not one this API returned',
-    )
-  }
-  return sortKey
-}
-
 const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '',
@@ -66,9 +50,9 @@ const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const page = await app.services.users.list(requireUser(request), {
         limit: limit ?? 50,
         status,
-        after: cursor ? decodeCursor(cursor) : undefined,
+        after: cursor === undefined ? undefined : UserCursor.decode(cursor),
       })
-      return { items: page.items.map(toUser), nextCursor: page.next ? encodeCursor(page.next) : null }
+      return { items: page.items.map(toUser), nextCursor: page.next ? UserCursor.encode(page.next) : null }
     },
   )
 

@@ -5,6 +5,7 @@ import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { runWithTenant } from '../../context.ts'
 import { type AlongWith, inTransaction } from '../../db/database.ts'
+import { type Page, page, rowsToRead } from '../../db/paging.ts'
 import type { Database, Role, Tx } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
@@ -33,6 +34,7 @@ import {
   setAccountActive,
   setAccountRole,
   type UserItemRow,
+  type UserPageKey,
   type UserStatus,
   unlockAccountOfOrganization,
 } from './repository.ts'
@@ -286,16 +288,14 @@ export class UserAdministration {
    */
   async list(
     caller: UserPrincipal,
-    page: { limit: number; status?: UserStatus | undefined; after?: string | undefined },
-  ): Promise<{ items: UserItemRow[]; next: string | null }> {
+    options: { limit: number; status?: UserStatus | undefined; after?: UserPageKey | undefined },
+  ): Promise<Page<UserItemRow, UserPageKey>> {
     const { db, clock } = this.#deps
     const rows = await inTransaction(db, async (trx) => {
       const tenant = await this.#authorize(trx, caller)
-      return listUsers(trx, tenant, { ...page, now: clock.now(), limit: page.limit + 1 })
+      return listUsers(trx, tenant, { ...options, now: clock.now(), limit: rowsToRead(options.limit) })
     })
-    const items = rows.slice(0, page.limit)
-    const last = items.at(-1)
-    return { items, next: rows.length > page.limit && last ? last.sort_key : null }
+    return page(rows, options.limit, (last) => ({ lowerEmail: last.sort_key }))
   }
 
   /**

@@ -1,4 +1,5 @@
 import { type Selectable, sql } from 'kysely'
+import { type CursorKey, cursorCodec } from '../../db/paging.ts'
 import type { AuditEventTable, Executor } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 
@@ -14,15 +15,19 @@ export interface AuditFilter {
   to?: Date | undefined
 }
 
-/** The organization's events matching the filter, newest first, below `beforeSequence`. */
+/** The list's cursors: a position in its order, an event's sequence in its organization's chain. */
+export const AuditEventCursor = cursorCodec('audit-events', { sequence: 'serial' })
+export type AuditPageKey = CursorKey<typeof AuditEventCursor>
+
+/** The organization's events matching the filter, newest first, after `after` (older ones). */
 export function listAuditEvents(
   db: Executor,
   tenant: TenantScope,
   filter: AuditFilter,
-  page: { beforeSequence?: number | undefined; limit: number },
+  page: { after?: AuditPageKey | undefined; limit: number },
 ): Promise<AuditEventRow[]> {
   let query = ofOrganization(db, tenant, filter)
-  if (page.beforeSequence !== undefined) query = query.where('sequence', '<', page.beforeSequence as never)
+  if (page.after !== undefined) query = query.where('sequence', '<', page.after.sequence)
   return query.orderBy('sequence', 'desc').limit(page.limit).execute()
 }
 

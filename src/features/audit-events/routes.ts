@@ -3,7 +3,7 @@ import { Readable } from 'node:stream'
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problemResponses } from '../../errors.ts'
 import { requirePrincipal } from '../../principal.ts'
-import type { AuditFilter } from './repository.ts'
+import { AuditEventCursor, type AuditFilter } from './repository.ts'
 import { AuditEventPage, AuditExportQuery, AuditListQuery } from './schemas.ts'
 
 const tags = ['audit']
@@ -36,10 +36,15 @@ const auditRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => {
       const { limit, cursor } = request.query
-      return events.page(requirePrincipal(request), filterOf(request.query), {
+      const page = await events.page(requirePrincipal(request), filterOf(request.query), {
         limit: limit ?? 50,
-        ...(cursor ? { beforeSequence: Number(cursor) } : {}),
+        ...(cursor === undefined ? {} : { after: AuditEventCursor.decode(cursor) }),
       })
+      return {
+        items: page.items,
+        nextCursor: page.next ? AuditEventCursor.encode(page.next) : null,
+        head: page.head,
+      }
     },
   )
 

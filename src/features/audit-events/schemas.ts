@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox'
+import { Cursor } from '../../db/paging.ts'
 
 const DateTime = Type.String({ format: 'date-time' })
 const Text = (description: string) =>
@@ -84,9 +85,7 @@ export const AuditListQuery = Type.Object(
   {
     ...Filter,
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 200, default: 50, description: 'Page size' })),
-    cursor: Type.Optional(
-      Type.String({ pattern: '^[1-9][0-9]{0,17}$', description: 'nextCursor of the page before' }),
-    ),
+    cursor: Type.Optional(Cursor),
   },
   { additionalProperties: false },
 )

@@ -1,12 +1,14 @@
 import type { Kysely } from 'kysely'
 import { publicEvent, toStoredEvent } from '../../audit/index.ts'
 import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
+import { page, rowsToRead } from '../../db/paging.ts'
 import type { Database } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 import type { Principal } from '../../principal.ts'
 import {
   type AuditEventRow,
   type AuditFilter,
+  type AuditPageKey,
   chainHead,
   exportBatch,
   listAuditEvents,
@@ -36,18 +38,16 @@ export class AuditEvents {
     return organizationAdmin(this.#permissions, principal)
   }
 
-  async page(principal: Principal, filter: AuditFilter, page: { limit: number; beforeSequence?: number }) {
+  async page(principal: Principal, filter: AuditFilter, options: { limit: number; after?: AuditPageKey }) {
     const tenant = await this.#authorize(principal)
     // The head first: every event listed is at or below it.
     const head = await chainHead(this.#db, tenant)
-    const rows = await listAuditEvents(this.#db, tenant, filter, { ...page, limit: page.limit + 1 })
-    const items = rows.slice(0, page.limit)
-    const last = items.at(-1)
-    return {
-      items: items.map(toAuditEvent),
-      nextCursor: rows.length > page.limit && last ? String(last.sequence) : null,
-      head,
-    }
+    const rows = await listAuditEvents(this.#db, tenant, filter, {
+      ...options,
+      limit: rowsToRead(options.limit),
+    })
+    const { items, next } = page(rows, options.limit, (last) => ({ sequence: last.sequence }))
+    return { items: items.map(toAuditEvent), next, head }
   }
 
   /**

@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import fileRoutes from './routes.ts'
 
 export type { FileRow } from './repository.ts'
+export { unfinishedUploadRetention } from './retention.ts'
 export { FileRecord, fileLocation, toFileRecord } from './schemas.ts'
 export { FileService, stagingKey } from './service.ts'
 

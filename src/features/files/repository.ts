@@ -80,3 +80,33 @@ export function listConfirmedFiles(
     .orderBy('id')
     .execute()
 }
+
+/**
+ * Uploads never confirmed (PENDING, or REJECTED as too large) that were started before the cutoff,
+ * in every organization (the retention sweep).
+ */
+export function findUnfinishedFiles(
+  db: Executor,
+  cutoff: Date,
+  limit: number,
+): Promise<{ id: string; object_key: string; status: string }[]> {
+  return db
+    .selectFrom('files')
+    .select(['id', 'object_key', 'status'])
+    .where('status', '<>', 'CONFIRMED')
+    .where('created_at', '<', cutoff)
+    .orderBy('created_at')
+    .limit(limit)
+    .execute()
+}
+
+/** Deletes those of the given files that are still unfinished (a confirm may have won since). */
+export async function deleteUnfinishedFiles(db: Executor, ids: readonly string[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const result = await db
+    .deleteFrom('files')
+    .where('id', 'in', ids)
+    .where('status', '<>', 'CONFIRMED')
+    .executeTakeFirst()
+  return Number(result.numDeletedRows)
+}

@@ -4,7 +4,7 @@
 import type { FastifyInstance } from 'fastify'
 import apiKeyRoutes from './routes.ts'
 
-export { ApiKeys, LAST_USE_FLUSH_MS, ServiceAccounts } from './service.ts'
+export { ApiKeys, lastUseFlush, ServiceAccounts } from './service.ts'
 
 export default async function machinePrincipalsFeature(app: FastifyInstance) {
   await app.register(apiKeyRoutes, { prefix: '/api/api-keys' })

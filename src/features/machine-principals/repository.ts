@@ -1,4 +1,5 @@
 import { type Selectable, sql } from 'kysely'
+import { type CursorKey, cursorCodec } from '../../db/paging.ts'
 import type { ApiKeyTable, Executor, ServiceAccountTable, Tx } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 
@@ -111,11 +112,9 @@ export function findApiKey(db: Executor, id: string): Promise<ApiKeyRow | undefi
 
 export type ApiKeyState = 'active' | 'revoked' | 'expired'
 
-/** A position in the list's order (created_at desc, id desc): the last row of a page. */
-export interface ApiKeyPageKey {
-  createdAt: Date
-  id: string
-}
+/** The list's cursors: a position in its order (created_at desc, id desc), the last row of a page. */
+export const ApiKeyCursor = cursorCodec('api-keys', { createdAt: 'instant', id: 'uuid' })
+export type ApiKeyPageKey = CursorKey<typeof ApiKeyCursor>
 
 /**
  * The organization's keys, newest first; in a state as of `now` when one is given, after `after`

@@ -3,8 +3,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses, validationFailed } from '../../errors.ts'
-import { decodeKeysetCursor, encodeKeysetCursor } from '../../http/keyset-cursor.ts'
 import { requireUser } from '../../principal.ts'
+import { ApiKeyCursor } from './repository.ts'
 import { ApiKey, ApiKeyListQuery, ApiKeyPage, ApiKeyParams, CreateApiKey, CreatedApiKey } from './schemas.ts'
 
 const tags = ['api-keys']
@@ -37,9 +37,9 @@ const apiKeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const page = await apiKeys.pageByAdmin(requireUser(request), {
         limit: limit ?? 50,
         state,
-        after: cursor ? decodeKeysetCursor(cursor) : undefined,
+        after: cursor === undefined ? undefined : ApiKeyCursor.decode(cursor),
       })
-      return { items: page.items, nextCursor: page.next ? encodeKeysetCursor(page.next) : null }
+      return { items: page.items, nextCursor: page.next ? ApiKeyCursor.encode(page.next) : null }
     },
   )
 

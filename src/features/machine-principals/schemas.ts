@@ -1,4 +1,5 @@
 import { Type } from '@sinclair/typebox'
+import { Cursor } from '../../db/paging.ts'
 import { SCOPES } from '../../scopes.ts'
 import { Uuid } from '../../uuid.ts'
 
@@ -71,13 +72,7 @@ export const CreatedApiKey = Type.Object(
 export const ApiKeyListQuery = Type.Object(
   {
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Page size' })),
-    cursor: Type.Optional(
-      Type.String({
-        maxLength: 200,
-        pattern: '^[A-Za-z0-9_-]*$',
-        description: 'nextCursor of the previous page',
-      }),
-    ),
+    cursor: Type.Optional(Cursor),
     state: Type.Optional(
       Type.Union([Type.Literal('active'), Type.Literal('revoked'), Type.Literal('expired')], {
         description: 'Only keys in this state now: expired means past its expiry and not revoked',

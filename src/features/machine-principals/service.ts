@@ -1,4 +1,5 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
+import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
 import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
@@ -8,6 +9,7 @@ import type { Config } from '../../config.ts'
 import { runWithTenant } from '../../context.ts'
 import { inTransaction } from '../../db/database.ts'
 import { InvalidatedCache } from '../../db/invalidated-cache.ts'
+import { type Page, page, rowsToRead } from '../../db/paging.ts'
 import type { Database } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError, validationFailed } from '../../errors.ts'
@@ -35,7 +37,7 @@ import {
 } from './repository.ts'
 
 /** How often the last use of API keys is written (one batch, never a write per request). */
-export const LAST_USE_FLUSH_MS = 60_000
+const LAST_USE_FLUSH_MS = 60_000
 
 const KEY_BYTES = 32
 const DISPLAY_CHARS = 8
@@ -365,20 +367,16 @@ export class ApiKeys implements RevocationListener {
   async pageByAdmin(
     principal: UserPrincipal,
     options: { limit: number; state?: ApiKeyState | undefined; after?: ApiKeyPageKey | undefined },
-  ): Promise<{ items: ReturnType<typeof toApiKey>[]; next: ApiKeyPageKey | null }> {
+  ): Promise<Page<ReturnType<typeof toApiKey>, ApiKeyPageKey>> {
     const tenant = await this.#authorize(principal)
     const rows = await listApiKeys(this.#deps.db, tenant, {
       now: this.#deps.clock.now(),
       state: options.state,
       after: options.after,
-      limit: options.limit + 1,
+      limit: rowsToRead(options.limit),
     })
-    const items = rows.slice(0, options.limit)
-    const last = items.at(-1)
-    return {
-      items: items.map(toApiKey),
-      next: rows.length > options.limit && last ? { createdAt: last.created_at, id: last.id } : null,
-    }
+    const { items, next } = page(rows, options.limit, (last) => ({ createdAt: last.created_at, id: last.id }))
+    return { items: items.map(toApiKey), next }
   }
 
   /**
@@ -429,5 +427,28 @@ export class ApiKeys implements RevocationListener {
     const batch = new Map(this.#lastUse)
     this.#lastUse.clear()
     await recordApiKeyUse(this.#deps.db, batch)
+  }
+}
+
+/**
+ * Writes the last use `apiKeys` gathers in one batch a minute while started, and what is left on
+ * stop; a failed write is logged, never thrown.
+ */
+export function lastUseFlush(
+  apiKeys: ApiKeys,
+  log: Pick<FastifyBaseLogger, 'warn'>,
+): { start(): void; stop(): Promise<void> } {
+  const flush = () =>
+    apiKeys.flushLastUse().catch((error: unknown) => log.warn({ err: error }, 'recording API key use failed'))
+  let timer: NodeJS.Timeout | undefined
+  return {
+    start() {
+      timer = setInterval(flush, LAST_USE_FLUSH_MS)
+      timer.unref()
+    },
+    async stop() {
+      clearInterval(timer)
+      await flush()
+    },
   }
 }

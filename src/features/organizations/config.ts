@@ -1,9 +1,10 @@
+import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
 import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import type { Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
 import { runWithTenant } from '../../context.ts'
-import { inTransaction } from '../../db/database.ts'
+import { type DatabaseHandle, inTransaction } from '../../db/database.ts'
 import { InvalidatedCache } from '../../db/invalidated-cache.ts'
 import { LISTEN_LOST, LISTEN_RESET, notify } from '../../db/notifications.ts'
 import type { Database, Tx } from '../../db/schema.ts'
@@ -197,7 +198,27 @@ export class OrganizationConfig {
     return this.#listening
   }
 
-  /** Switches the cache on or off as notifications start or stop (the plugin calls it). */
+  /**
+   * Caches while configuration changes on any instance reach this one through LISTEN/NOTIFY, from
+   * now until the returned function is called (caching stops before the listening does).
+   */
+  async followChanges(
+    listen: DatabaseHandle['listen'],
+    log: Pick<FastifyBaseLogger, 'info' | 'warn'>,
+  ): Promise<() => Promise<void>> {
+    const unlisten = await listen(ORGANIZATION_CONFIG_CHANNEL, (payload) => {
+      if (payload === LISTEN_LOST) log.warn('configuration change notifications lost; cache bypassed')
+      if (payload === LISTEN_RESET) log.info('configuration change notifications resumed')
+      this.applyNotification(payload)
+    })
+    this.setListening(true)
+    return async () => {
+      this.setListening(false)
+      await unlisten()
+    }
+  }
+
+  /** Switches the cache on or off as notifications start or stop. */
   setListening(listening: boolean): void {
     this.#listening = listening
     this.#cache.clear()

@@ -4,7 +4,7 @@
 import type { FastifyInstance } from 'fastify'
 import passkeyRoutes from './routes.ts'
 
-export { deleteExpiredChallenges } from './repository.ts'
+export { passkeyChallengeRetention } from './retention.ts'
 export { counterAcceptable, type PasskeyRecord, PasskeyService } from './service.ts'
 
 export default async function passkeysFeature(app: FastifyInstance) {

@@ -1,6 +1,7 @@
 import { type CompiledQuery, type RawBuilder, type Selectable, sql } from 'kysely'
 import type { ChainHeadRow } from '../../audit/index.ts'
 import type { RowsRead } from '../../authz/tuple-store.ts'
+import { type CursorKey, cursorCodec } from '../../db/paging.ts'
 import type { Executor, Tx } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 import type { PurchaseRequestBody } from './schemas.ts'
@@ -19,11 +20,9 @@ export type PurchaseRequestEventRow = Selectable<PurchaseRequestEventTable>
  */
 export type PurchaseRequestView = PurchaseRequestBody
 
-/** A position in the list's order (created_at desc, id desc): the last row of a page. */
-export interface PageKey {
-  createdAt: Date
-  id: string
-}
+/** The list's cursors: a position in its order (created_at desc, id desc), the last row of a page. */
+export const PurchaseRequestCursor = cursorCodec('purchase-requests', { createdAt: 'instant', id: 'uuid' })
+export type PageKey = CursorKey<typeof PurchaseRequestCursor>
 
 /**
  * A timestamptz column as Date.toISOString() writes it: UTC, to the millisecond, the microseconds

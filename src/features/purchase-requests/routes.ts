@@ -4,10 +4,13 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { problemResponses } from '../../errors.ts'
 import { idempotentCreate } from '../../http/idempotency.ts'
-import { decodeKeysetCursor, encodeKeysetCursor } from '../../http/keyset-cursor.ts'
 import { requirePrincipal } from '../../principal.ts'
 import { FileRecord, fileLocation, toFileRecord } from '../files/index.ts'
-import type { PurchaseRequestEventRow, PurchaseRequestView } from './repository.ts'
+import {
+  PurchaseRequestCursor,
+  type PurchaseRequestEventRow,
+  type PurchaseRequestView,
+} from './repository.ts'
 import {
   CreatePurchaseRequest,
   History,
@@ -78,11 +81,11 @@ const purchaseRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const page = await service.list(requirePrincipal(request), {
         limit: limit ?? 20,
         status,
-        after: cursor ? decodeKeysetCursor(cursor) : undefined,
+        after: cursor === undefined ? undefined : PurchaseRequestCursor.decode(cursor),
       })
       return {
         items: page.items,
-        nextCursor: page.next ? encodeKeysetCursor(page.next) : null,
+        nextCursor: page.next ? PurchaseRequestCursor.encode(page.next) : null,
       }
     },
   )

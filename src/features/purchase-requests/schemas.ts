@@ -1,4 +1,5 @@
 import { type Static, Type } from '@sinclair/typebox'
+import { Cursor } from '../../db/paging.ts'
 import { Uuid } from '../../uuid.ts'
 import { PurchaseRequestStatuses } from './workflow.ts'
 
@@ -41,13 +42,7 @@ export const PurchaseRequestParams = Type.Object({ id: Uuid })
 export const ListQuery = Type.Object(
   {
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size' })),
-    cursor: Type.Optional(
-      Type.String({
-        maxLength: 200,
-        pattern: '^[A-Za-z0-9_-]*$',
-        description: 'nextCursor of the previous page',
-      }),
-    ),
+    cursor: Type.Optional(Cursor),
     status: Type.Optional(Status),
   },
   { additionalProperties: false },

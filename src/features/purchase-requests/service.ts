@@ -5,6 +5,7 @@ import type { Permissions } from '../../authz/permissions.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import { type AlongWith, inTransaction } from '../../db/database.ts'
+import { type Page, page, rowsToRead } from '../../db/paging.ts'
 import type { Database } from '../../db/schema.ts'
 import { currentTenantScope, type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
@@ -197,7 +198,7 @@ export class PurchaseRequests {
   async list(
     principal: Principal,
     options: { status?: PurchaseRequestStatus | undefined; after?: PageKey | undefined; limit: number },
-  ): Promise<{ items: PurchaseRequestView[]; next: PageKey | null }> {
+  ): Promise<Page<PurchaseRequestView, PageKey>> {
     const { db, permissions } = this.#deps
     const tenant = tenantScope()
     // The page and the membership in one round trip with the embedded evaluator. One row more than
@@ -207,16 +208,11 @@ export class PurchaseRequests {
       'member',
       `organization:${tenant.organizationId}`,
       db,
-      purchaseRequestsQuery(db, tenant, { ...options, limit: options.limit + 1 }),
+      purchaseRequestsQuery(db, tenant, { ...options, limit: rowsToRead(options.limit) }),
     )
     if (!allowed) throw accessDenied()
-    const items = rows.slice(0, options.limit)
-    const last = items.at(-1)
-    return {
-      items,
-      // The cursor's time is the text's millisecond, as it was the Date's.
-      next: rows.length > options.limit && last ? { createdAt: new Date(last.createdAt), id: last.id } : null,
-    }
+    // The cursor's time is the text's millisecond, as it was the Date's.
+    return page(rows, options.limit, (last) => ({ createdAt: new Date(last.createdAt), id: last.id }))
   }
 
   async history(principal: Principal, id: string): Promise<PurchaseRequestEventRow[]> {

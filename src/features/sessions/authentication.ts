@@ -56,6 +56,25 @@ export type SecondFactorCheck = (
   given: { otpCode: string | undefined; passkey: PasskeyAssertion | undefined },
 ) => Promise<'otp' | 'passkey' | null | false>
 
+/**
+ * The second factor of a password login: a passkey of the account in place of the OTP code;
+ * otherwise the code when OTP is on. Built from the passkeys and the TOTP services (bound in
+ * src/features/compose.ts).
+ */
+export function passkeyOrOtp(factors: {
+  passkeys: { verifySecondFactor(accountId: string, assertion: PasskeyAssertion): Promise<void> }
+  otp: { verifyAtLogin(account: AccountRow, otpCode: string | undefined): Promise<boolean> }
+}): SecondFactorCheck {
+  return async (account, { otpCode, passkey }) => {
+    if (passkey) {
+      await factors.passkeys.verifySecondFactor(account.id, passkey)
+      return 'passkey'
+    }
+    if (!account.otp_enabled) return null
+    return (await factors.otp.verifyAtLogin(account, otpCode)) ? 'otp' : false
+  }
+}
+
 export interface AccountAuthenticatorDeps {
   audit: AuditTrail
   db: Kysely<Database>

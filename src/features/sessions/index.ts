@@ -10,15 +10,16 @@ export {
   AccountAuthenticator,
   type CredentialAuthenticator,
   type PasskeyAssertion,
-  type SecondFactorCheck,
+  passkeyOrOtp,
 } from './authentication.ts'
 export { sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
 export { EmailSignIns } from './email-sign-in.ts'
 export { NewDeviceNotice } from './new-device-notice.ts'
+export { refreshTokenRetention, sessionRetention } from './retention.ts'
 export { PasskeyAssertionBody, SessionResponse } from './schemas.ts'
 export { SessionService, type SignInMethod } from './service.ts'
 export { SessionGate } from './session-gate.ts'
-export { accountSessionVersions, type SessionVersionProvider } from './session-version.ts'
+export { accountSessionVersions, bumpSessionVersion, type SessionVersionProvider } from './session-version.ts'
 
 /**
  * Ends every active session of an account, in the caller's transaction, and announces it to every

@@ -1,6 +1,6 @@
 import { CompiledQuery, type Selectable, sql } from 'kysely'
 import type { Executor, RefreshTokenTable, SessionTable, Tx } from '../../db/schema.ts'
-import type { StatementHits } from '../../http/rate-limit-store.ts'
+import type { StatementHits } from '../../db/statement-limits.ts'
 import { publishRevocation } from '../../security/revocation.ts'
 
 export type SessionRow = Selectable<SessionTable>
@@ -79,8 +79,8 @@ const successorAndTouch = (
     )`
 
 /**
- * The rotation of a refresh token in one statement: counts the route's rate-limit hits (`hits`,
- * src/http/rate-limit.ts `countInStatement`) and, when they stayed within their allowance, claims
+ * The rotation of a refresh token in one statement: counts the route's rate-limit hits (`hits`, of
+ * the `StatementLimits` the service is handed) and, when they stayed within their allowance, claims
  * the token if it is active and its session is live, inserts its successor (expiring at
  * `now + ttlSeconds`, never after the session) and touches the session. Of any number of
  * concurrent callers with one token exactly one gets the session back: the row lock serialises
@@ -257,4 +257,39 @@ export async function findSessionState(
     .select(sql<boolean>`sessions.revoked_at is not null`.as('revoked'))
     .where('sessions.id', '=', sessionId)
     .executeTakeFirst()
+}
+
+/**
+ * Refresh tokens that can never be presented again usefully: expired at `now` and belonging to a
+ * session that has ended. The rotated tokens of a live session stay: reuse detection needs them.
+ */
+export async function deleteDeadRefreshTokens(db: Executor, now: Date, limit: number): Promise<number> {
+  const result = await db
+    .deleteFrom('refresh_tokens')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('refresh_tokens as t')
+        .innerJoin('sessions as s', 's.id', 't.session_id')
+        .select('t.id')
+        .where('t.expires_at', '<', now)
+        .where((w) => w.or([w('s.revoked_at', 'is not', null), w('s.expires_at', '<', now)]))
+        .limit(limit),
+    )
+    .executeTakeFirst()
+  return Number(result.numDeletedRows)
+}
+
+/** Sessions that ended (revoked or past their absolute expiry) before the cutoff, with their tokens. */
+export async function deleteEndedSessions(db: Executor, cutoff: Date, limit: number): Promise<number> {
+  const result = await db
+    .deleteFrom('sessions')
+    .where('id', 'in', (eb) =>
+      eb
+        .selectFrom('sessions')
+        .select('id')
+        .where(sql<boolean>`coalesce(revoked_at, expires_at) < ${cutoff}`)
+        .limit(limit),
+    )
+    .executeTakeFirst()
+  return Number(result.numDeletedRows)
 }

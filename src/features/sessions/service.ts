@@ -4,9 +4,9 @@ import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
 import type { Database, Tx } from '../../db/schema.ts'
+import type { StatementLimits } from '../../db/statement-limits.ts'
 import { AppError } from '../../errors.ts'
 import type { EventBus } from '../../events.ts'
-import { countInStatement, type Limit } from '../../http/rate-limit.ts'
 import { type AccessTokens, type IssuedToken, newOpaqueToken, sha256 } from '../../security/tokens.ts'
 import {
   type ActiveSessionRow,
@@ -163,16 +163,17 @@ export class SessionService {
   /**
    * Rotates a refresh token. Exactly one of any number of concurrent calls with one token succeeds.
    * A database failure inside the rotation rolls it back and answers 503: the token stays usable.
-   * The route's rate limits (`inStatement`) are counted by the rotation's statement, whatever the
-   * token, and an exceeded one answers 429 RATE_LIMITED with nothing rotated.
+   * The route's rate limits (`inStatement`), handed over as `rateLimits`, are counted by the
+   * rotation's statement, whatever the token, and an exceeded one answers 429 RATE_LIMITED with
+   * nothing rotated.
    */
-  async refresh(rawToken: string | undefined, rateLimits: readonly Limit[]): Promise<IssuedSession> {
-    if (!rawToken && rateLimits.length === 0) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
+  async refresh(rawToken: string | undefined, rateLimits: StatementLimits): Promise<IssuedSession> {
+    if (!rawToken && rateLimits.none) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
     const { db, clock } = this.#deps
     const now = clock.now()
     const tokenHash = rawToken ? sha256(rawToken) : null
     const next = newOpaqueToken()
-    const limits = countInStatement(rateLimits, now)
+    const limits = rateLimits.at(now)
     // One statement: hits, claim, successor and touch commit together or not at all.
     const rotated = await unavailableOnFailure(() =>
       rotateRefreshToken(db, {

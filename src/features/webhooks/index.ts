@@ -7,7 +7,7 @@ export type { Resolve } from './address-guard.ts'
 export { WEBHOOK_MAX_ATTEMPTS, WebhookOutboxWorker, webhookRetryDelayMs } from './delivery.ts'
 export { TEST_EVENT_TYPE, webhookFanOut } from './fan-out.ts'
 export { webhookDisabledTemplate } from './notice.ts'
-export { deleteOldDeliveries } from './repository.ts'
+export { webhookDeliveryRetention } from './retention.ts'
 export { Webhooks } from './service.ts'
 export { signatureHeader } from './signing.ts'
 

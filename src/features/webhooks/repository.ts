@@ -1,4 +1,5 @@
 import { type Selectable, sql } from 'kysely'
+import { type CursorKey, cursorCodec } from '../../db/paging.ts'
 import type { Executor, Tx } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 import type {
@@ -135,19 +136,23 @@ export async function queueMessage(
     .executeTakeFirstOrThrow()
 }
 
-/** An endpoint's attempts, newest first, a page at a time before the attempt id `before`. */
+/** The attempts list's cursors: a position in its order (newest first), an attempt's id. */
+export const AttemptCursor = cursorCodec('webhook-deliveries', { id: 'serial' })
+export type AttemptPageKey = CursorKey<typeof AttemptCursor>
+
+/** An endpoint's attempts, newest first, a page at a time after `after` (older ones). */
 export async function listAttempts(
   db: Executor,
   tenant: TenantScope,
   endpointId: string,
-  page: { limit: number; before?: string },
+  page: { limit: number; after?: AttemptPageKey | undefined },
 ): Promise<AttemptRow[]> {
   let query = db
     .selectFrom('webhook_attempts')
     .selectAll()
     .where('organization_id', '=', tenant.organizationId)
     .where('endpoint_id', '=', endpointId)
-  if (page.before) query = query.where('id', '<', page.before)
+  if (page.after !== undefined) query = query.where('id', '<', page.after.id)
   return query.orderBy('id', 'desc').limit(page.limit).execute()
 }
 

@@ -3,6 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses } from '../../errors.ts'
 import { requirePrincipal } from '../../principal.ts'
+import { AttemptCursor } from './repository.ts'
 import {
   CreateWebhook,
   DeliveryAttemptPage,
@@ -150,10 +151,11 @@ const webhookRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => {
       const { limit, cursor } = request.query
-      return webhooks.attempts(requirePrincipal(request), request.params.id, {
+      const page = await webhooks.attempts(requirePrincipal(request), request.params.id, {
         limit: limit ?? 50,
-        ...(cursor ? { before: cursor } : {}),
+        ...(cursor === undefined ? {} : { after: AttemptCursor.decode(cursor) }),
       })
+      return { items: page.items, nextCursor: page.next ? AttemptCursor.encode(page.next) : null }
     },
   )
 }

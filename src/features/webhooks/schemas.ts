@@ -1,5 +1,6 @@
 import { Type } from '@sinclair/typebox'
 import { AUDIT_EVENT_TYPES } from '../../audit/index.ts'
+import { Cursor } from '../../db/paging.ts'
 import { Uuid } from '../../uuid.ts'
 
 const DateTime = Type.String({ format: 'date-time' })
@@ -130,7 +131,7 @@ export const DeliveryAttemptPage = Type.Object(
 export const DeliveryQuery = Type.Object(
   {
     limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 50 })),
-    cursor: Type.Optional(Type.String({ pattern: '^[1-9][0-9]{0,17}$' })),
+    cursor: Type.Optional(Cursor),
   },
   { additionalProperties: false },
 )

@@ -4,6 +4,7 @@ import { type AuditTrail, actorOf } from '../../audit/index.ts'
 import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
 import type { Clock } from '../../clock.ts'
 import { inTransaction } from '../../db/database.ts'
+import { page, rowsToRead } from '../../db/paging.ts'
 import type { Database } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 import { AppError, validationFailed } from '../../errors.ts'
@@ -12,6 +13,7 @@ import type { SecretBox } from '../../security/secret-box.ts'
 import { checkWebhookUrl, WebhookTargetRefused } from './address-guard.ts'
 import { messageBody, TEST_EVENT_TYPE } from './fan-out.ts'
 import {
+  type AttemptPageKey,
   type AttemptRow,
   countEndpoints,
   deleteEndpoint,
@@ -225,13 +227,12 @@ export class Webhooks {
   }
 
   /** The endpoint's delivery attempts, newest first. */
-  async attempts(principal: Principal, id: string, page: { limit: number; before?: string }) {
+  async attempts(principal: Principal, id: string, options: { limit: number; after?: AttemptPageKey }) {
     const tenant = await this.#authorize(principal)
     this.#found(await findEndpoint(this.#db, tenant, id))
-    const rows = await listAttempts(this.#db, tenant, id, { ...page, limit: page.limit + 1 })
-    const items = rows.slice(0, page.limit)
-    const last = items.at(-1)
-    return { items: items.map(toAttempt), nextCursor: rows.length > page.limit && last ? last.id : null }
+    const rows = await listAttempts(this.#db, tenant, id, { ...options, limit: rowsToRead(options.limit) })
+    const { items, next } = page(rows, options.limit, (last) => ({ id: last.id }))
+    return { items: items.map(toAttempt), next }
   }
 
   #found(row: EndpointRow | undefined): EndpointRow {
