@@ -1,7 +1,8 @@
 import createClient from 'openapi-fetch'
 import { createPlatformClient, type SessionState, unwrap } from '../../client/src/index.ts'
 import type { ConsoleContext, Me, Screen } from './context.ts'
-import { badge, describeError, fill, guard, h, screen, tickRelativeTimes } from './dom.ts'
+import { badge, describeError, fill, guard, h, notify, screen, tickRelativeTimes } from './dom.ts'
+import { type Link, type LinkHost, linkAt, linkPage } from './link-pages.ts'
 import type { paths as ResourcePaths } from './resources.schema.ts'
 import { accountScreen } from './screens/account.ts'
 import { apiKeysScreen } from './screens/api-keys.ts'
@@ -12,13 +13,16 @@ import { purchaseRequestScreen, purchaseRequestsScreen } from './screens/purchas
 import { usersScreen } from './screens/users.ts'
 import { webhookScreen, webhooksScreen } from './screens/webhooks.ts'
 import { setUpSignIn } from './sign-in.ts'
+import { SIGNED_OUT_SCREENS, show } from './signed-out.ts'
 
-// The console: signed out, the sign-in form; signed in, a navigation between screens addressed by
-// the URL's fragment (#/users, #/purchase-requests/<id>), the organization's screens for admins
-// only (the role of the account record GET /api/auth/me answers with). Every call goes through the
-// typed client (client/) or the client generated the same way for the console's own resources
-// (./resources.schema.ts), both with the platform's fetch: cookies, and one refresh and retry on a
-// 401.
+// The console: signed out, the sign-in form (and, by the fragment, sign-up and email sign-in);
+// signed in, a navigation between screens addressed by the URL's fragment (#/users,
+// #/purchase-requests/<id>), the organization's screens for admins only (the role of the account
+// record GET /api/auth/me answers with). Opened at a mailed link (/verify-sign-up?token=…), the
+// link's page stands in front of either until its button succeeded or the visitor left it. Every
+// call goes through the typed client (client/) or the client generated the same way for the
+// console's own resources (./resources.schema.ts), both with the platform's fetch: cookies, and one
+// refresh and retry on a 401.
 
 const byId = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T
 
@@ -55,6 +59,8 @@ const resources = createClient<ResourcePaths>({ baseUrl: location.origin, fetch:
 let context: ConsoleContext | undefined
 // The session the screens are shown for: a refresh of it changes nothing on the page.
 let shownSession: string | undefined
+// The mailed link the page was opened at, until its button succeeded or the visitor left it.
+let link: Link | undefined = linkAt(location)
 
 function onSession(state: SessionState) {
   byId('boot').hidden = state.status !== 'unknown'
@@ -63,12 +69,73 @@ function onSession(state: SessionState) {
     if (shownSession !== key) {
       shownSession = key
       void enter()
+      showOutside()
     }
     return
   }
   shownSession = undefined
   context = undefined
   leave(state)
+  showOutside()
+}
+
+const linkHost: LinkHost = {
+  platform,
+  async signIn(task) {
+    // Gone before the sign-in reports itself, so that the console, not the link, shows signed in.
+    const kept = link
+    link = undefined
+    try {
+      await task()
+    } catch (error) {
+      link = kept
+      throw error
+    }
+    leaveLink()
+  },
+  leave(changed) {
+    link = undefined
+    leaveLink()
+    if (changed && context) {
+      void enter()
+      notify(changed)
+    }
+  },
+}
+
+/** The console's own address again: the token is not kept in the address bar or the history. */
+function leaveLink() {
+  history.replaceState(null, '', `/${location.hash}`)
+  showOutside()
+  // The signed-in screen behind the page takes the title and the keyboard back.
+  if (context) route()
+}
+
+/**
+ * What stands in front of the console's own screens: a mailed link's page, else, signed out, the
+ * screen the fragment names (#/sign-up); nothing, and the sign-in form or the signed-in screens show.
+ */
+function showOutside() {
+  const state = platform.state
+  const outside = byId('outside')
+  const make = link ? undefined : SIGNED_OUT_SCREENS.get(location.hash.replace(/^#\/?/, ''))
+  const view =
+    state.status === 'unknown'
+      ? undefined
+      : link
+        ? linkPage(link, state, linkHost)
+        : state.status === 'signed-out' && make
+          ? make(platform, outside)
+          : undefined
+  document.body.classList.toggle('outside', view !== undefined)
+  outside.hidden = view === undefined
+  if (view) {
+    byId('error').textContent = ''
+    show(outside, view)
+  } else {
+    outside.replaceChildren()
+    if (state.status === 'signed-out') document.title = 'Sign in · Platform core console'
+  }
 }
 
 function showWho(me: Me | undefined) {
@@ -163,9 +230,12 @@ function leave(state: SessionState) {
   if (state.status !== 'signed-out') return
   byId('signin').hidden = false
   const notice = byId('signin-notice')
-  notice.hidden = state.reason !== 'reuse-detected' && state.reason !== 'expired'
-  notice.textContent =
-    state.reason === 'reuse-detected'
+  // An email change is confirmed by the account that asked for it: its link's page waits for it.
+  const waiting = link?.path === '/verify-email' && link.token !== ''
+  notice.hidden = !waiting && state.reason !== 'reuse-detected' && state.reason !== 'expired'
+  notice.textContent = waiting
+    ? 'Sign in to confirm your new email address, as the account that asked for the change.'
+    : state.reason === 'reuse-detected'
       ? 'You were signed out: this session was used from somewhere else. Sign in again, and sign out your other sessions if that was not you.'
       : 'Your session has ended. Sign in again.'
   signIn.offerAutofill()
@@ -206,13 +276,15 @@ function route(options: { focus?: boolean } = {}) {
   const view = make(current, params.map(decodeURIComponent))
   byId('error').textContent = ''
   fill(byId('app'), view)
-  document.title = `${view.querySelector('h1')?.textContent ?? found.label} · Platform core console`
+  // A mailed link's page in front keeps the title and the keyboard.
+  if (!link)
+    document.title = `${view.querySelector('h1')?.textContent ?? found.label} · Platform core console`
   for (const anchor of byId('nav').querySelectorAll('a')) {
     if (anchor.dataset.route === found.name) anchor.setAttribute('aria-current', 'page')
     else anchor.removeAttribute('aria-current')
   }
   closeMenu()
-  if (options.focus !== false) view.querySelector<HTMLElement>('h1')?.focus()
+  if (options.focus !== false && !link) view.querySelector<HTMLElement>('h1')?.focus()
 }
 
 function closeMenu() {
@@ -223,7 +295,8 @@ function closeMenu() {
 window.addEventListener('hashchange', () => {
   // The skip link's fragment is no screen.
   if (location.hash === '#main') return
-  route()
+  if (platform.state.status === 'signed-out') showOutside()
+  else route()
 })
 byId('skip-link').addEventListener('click', (event) => {
   event.preventDefault()

@@ -1,4 +1,6 @@
 import { existsSync } from 'node:fs'
+import { readFile } from 'node:fs/promises'
+import path from 'node:path'
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core'
 import { expect } from 'vitest'
 import type { TestUser } from './accounts.ts'
@@ -85,3 +87,32 @@ export const stateOf = (page: Page) =>
   )
 
 export const sessionHintOf = (page: Page) => page.evaluate((key) => localStorage.getItem(key), SESSION_HINT)
+
+export interface Violation {
+  id: string
+  impact: string | null
+  help: string
+  nodes: string[]
+}
+
+let axeSource: Promise<string> | undefined
+
+/** axe-core's serious and critical violations on the page as it is now. */
+export async function seriousViolations(page: Page): Promise<Violation[]> {
+  axeSource ??= readFile(path.resolve('node_modules/axe-core/axe.min.js'), 'utf8')
+  // Evaluated, not added as a <script>: the console's policy refuses inline scripts.
+  if (!(await page.evaluate(() => 'axe' in globalThis))) await page.evaluate(await axeSource)
+  return page.evaluate(async () => {
+    type Result = { id: string; impact: string | null; help: string; nodes: { target: string[] }[] }
+    const { axe } = globalThis as unknown as { axe: { run(): Promise<{ violations: Result[] }> } }
+    const { violations } = await axe.run()
+    return violations
+      .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+      .map((v) => ({
+        id: v.id,
+        impact: v.impact,
+        help: v.help,
+        nodes: v.nodes.map((n) => n.target.join(' ')),
+      }))
+  })
+}

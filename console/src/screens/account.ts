@@ -64,7 +64,118 @@ export function accountScreen(context: ConsoleContext): HTMLElement {
     sessions.card,
     twoFactorCard(context),
     passkeysSupported() ? passkeysCard(context) : null,
+    emailCard(context),
     passwordCard(context, () => sessions.list.reload()),
+  )
+}
+
+/**
+ * The address change: the new address and the current password; then the code mailed to the new
+ * address (its link opens the console's /verify-email page, which does the same).
+ */
+function emailCard(context: ConsoleContext) {
+  const { api } = context
+  const alert = alertBox('email-error')
+  const body = h('div', { id: 'email-change' })
+
+  function showAsk() {
+    const form = h(
+      'form',
+      { id: 'email-form', class: 'narrow-form' },
+      field(
+        'New email address',
+        h('input', {
+          name: 'newEmail',
+          type: 'email',
+          autocomplete: 'email',
+          required: true,
+          maxlength: 320,
+        }),
+      ),
+      // Not labelled "Current password": the password card's field is, and one label is one field.
+      field(
+        'Password',
+        h('input', {
+          name: 'currentPassword',
+          type: 'password',
+          autocomplete: 'current-password',
+          required: true,
+        }),
+        'Your current one: it shows the change is yours.',
+      ),
+      h(
+        'div',
+        { class: 'actions' },
+        h('button', { type: 'submit', class: 'btn primary' }, 'Send a code to the new address'),
+      ),
+    )
+    onSubmit(form, alert, async () => {
+      const newEmail = fieldText(form, 'newEmail')
+      const currentPassword = String(new FormData(form).get('currentPassword') ?? '')
+      unwrap(await api.POST('/api/account/email', { body: { newEmail, currentPassword } }))
+      showCode(newEmail)
+    })
+    fill(body, form)
+  }
+
+  function showCode(newEmail: string) {
+    const code = h('input', {
+      name: 'code',
+      inputmode: 'numeric',
+      autocomplete: 'one-time-code',
+      required: true,
+      pattern: '[0-9]{6}',
+      maxlength: 6,
+      title: 'The six digits of the email',
+    })
+    const form = h(
+      'form',
+      { id: 'email-code-form', class: 'inline-form' },
+      field('Code from the email', code),
+      h(
+        'div',
+        { class: 'actions' },
+        h('button', { type: 'submit', class: 'btn primary' }, 'Confirm the new address'),
+        button('Cancel', () => showAsk()),
+      ),
+    )
+    onSubmit(form, alert, async () => {
+      unwrap(
+        await api.POST('/api/account/email/verify', {
+          body: { email: newEmail, code: fieldText(form, 'code') },
+        }),
+      )
+      await context.refreshMe()
+      notify('Email address changed.')
+      // The profile shows the new address, and the sessions list the ones that were signed out.
+      context.navigate('#/account')
+    })
+    fill(
+      body,
+      h(
+        'p',
+        { id: 'email-sent' },
+        'If ',
+        h('strong', null, newEmail),
+        ' can be used, a six-digit code and a link are on their way to it. Enter the code here, or open the link. Until then you keep signing in as ',
+        h('strong', null, context.me.email),
+        '.',
+      ),
+      form,
+    )
+    code.focus()
+  }
+
+  showAsk()
+  return card(
+    {
+      title: 'Email address',
+      id: 'email-section',
+      description:
+        'You sign in with it and mails go to it. A change is made once the new address is confirmed; your other sessions are then signed out.',
+    },
+    alert,
+    body,
   )
 }
 
