@@ -116,7 +116,7 @@ function signUpPage(token: string, state: SessionState, host: LinkHost) {
   const alert = alertBox()
   return panel(
     'Create your organization',
-    'Confirming proves that the address this link was emailed to is yours: the organization you named at sign-up is created, with you as its first admin, and you are signed in.',
+    'Confirming proves that the address this link was emailed to is yours: the organization you named at sign-up is created, with you as its first admin, and you are signed in. If you did not sign up yourself, do not confirm: someone else chose the password.',
     otherAccount(state),
     nothingYet('the organization is created'),
     alert,
