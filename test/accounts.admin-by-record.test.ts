@@ -2,7 +2,6 @@ import type { LightMyRequestResponse } from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { initializeOpenFga } from '../src/authz/init.ts'
 import { loadModel } from '../src/authz/model.ts'
-import { inTransaction } from '../src/db/database.ts'
 import {
   ACCOUNT_TEST_CONFIG,
   asUser,
@@ -15,6 +14,7 @@ import {
   useMailTestApp,
 } from './helpers/accounts.ts'
 import { createTestApp, type TestApp, useTestApp, useTestAppBeside } from './helpers/app.ts'
+import { applyTupleChanges } from './helpers/authz.ts'
 import { type OpenFgaServer, openFgaAvailable, startOpenFga } from './helpers/openfga-server.ts'
 
 // Account administration (every /api/users operation) is decided by the caller's account row, read
@@ -64,21 +64,14 @@ describe('a member whose account row says member, with a leftover admin tuple', 
     const target = await newUser(t.app, { organizationId: admin.organizationId })
     const session = await signIn(t.app, member)
     // The tuple a demotion would remove, still there (a queued delete, or written by mistake).
-    await inTransaction(t.app.db, (trx) =>
-      t.app.authz.tuples.record(
-        trx,
-        [
-          {
-            operation: 'write',
-            subject: `user:${member.id}`,
-            relation: 'admin',
-            object: `organization:${admin.organizationId}`,
-          },
-        ],
-        t.clock.now(),
-      ),
-    )
-    while ((await t.app.authz.outbox.runOnce()) > 0) {}
+    await applyTupleChanges(t.app, [
+      {
+        operation: 'write',
+        subject: `user:${member.id}`,
+        relation: 'admin',
+        object: `organization:${admin.organizationId}`,
+      },
+    ])
     const check = await asUser(t.app, session, {
       method: 'POST',
       url: '/api/authz/check',

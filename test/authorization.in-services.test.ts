@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import { runWithTenant } from '../src/context.ts'
-import { inTransaction } from '../src/db/database.ts'
 import type { UserPrincipal } from '../src/principal.ts'
 import {
   asUser,
@@ -12,6 +11,7 @@ import {
   type TestUser,
   useMailTestApp,
 } from './helpers/accounts.ts'
+import { applyTupleChanges } from './helpers/authz.ts'
 
 // Every permission decision is made by a feature's service, so the service refuses whoever calls
 // it: a route guards nothing of its own. Resources (organization configuration here) are decided
@@ -29,10 +29,7 @@ const principalOf = (user: TestUser): UserPrincipal => ({
 })
 
 async function removeTuple(subject: string, relation: string, object: string): Promise<void> {
-  await inTransaction(t.app.db, (trx) =>
-    t.app.authz.tuples.record(trx, [{ operation: 'delete', subject, relation, object }], t.clock.now()),
-  )
-  while ((await t.app.authz.outbox.runOnce()) > 0) {}
+  await applyTupleChanges(t.app, [{ operation: 'delete', subject, relation, object }])
 }
 
 describe('organization configuration decided by its service', () => {
@@ -119,21 +116,14 @@ describe('user administration decided by the account record, not the authorizati
     const member = await newUser(t.app, { organizationId: admin.organizationId })
     const other = await newUser(t.app, { organizationId: admin.organizationId })
     const session = await signIn(t.app, member)
-    await inTransaction(t.app.db, (trx) =>
-      t.app.authz.tuples.record(
-        trx,
-        [
-          {
-            operation: 'write',
-            subject: `user:${member.id}`,
-            relation: 'admin',
-            object: `organization:${admin.organizationId}`,
-          },
-        ],
-        t.clock.now(),
-      ),
-    )
-    while ((await t.app.authz.outbox.runOnce()) > 0) {}
+    await applyTupleChanges(t.app, [
+      {
+        operation: 'write',
+        subject: `user:${member.id}`,
+        relation: 'admin',
+        object: `organization:${admin.organizationId}`,
+      },
+    ])
 
     for (const action of ['deactivate', 'reactivate', 'reset-password'] as const) {
       const res = await asUser(t.app, session, { method: 'POST', url: `/api/users/${other.id}/${action}` })

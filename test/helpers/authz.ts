@@ -133,3 +133,12 @@ export async function queueOwnedPurchaseRequest(
   ])
   return id
 }
+
+/**
+ * Records tuple changes as the service records them (at the app's clock) and delivers the outbox
+ * until it is empty: in effect for the authorization port under test when this returns.
+ */
+export async function applyTupleChanges(app: FastifyInstance, changes: TupleChange[]): Promise<void> {
+  await inTransaction(app.db, (trx) => app.authz.tuples.record(trx, changes, app.clock.now()))
+  while ((await app.authz.outbox.runOnce()) > 0) {}
+}
