@@ -19,6 +19,11 @@ const t = useTestApp({
     'platform.auth.rate-limit.refresh-per-minute': '100000',
     'platform.auth.rate-limit.reset-per-hour': '100000',
     'platform.auth.rate-limit.passkey-options-per-minute': '100000',
+    'platform.auth.rate-limit.email-proof-per-minute': '100000',
+    'platform.auth.rate-limit.email-proof-per-hour': '100000',
+    // Switched off, sign-up and email sign-in answer 404 before the guard's question arises.
+    'platform.auth.sign-up.enabled': 'true',
+    'platform.auth.email-sign-in.enabled': 'true',
   },
 })
 
@@ -182,6 +187,9 @@ describe('route guard', () => {
   const PUBLIC = [
     /^\/api\/auth\/(login|refresh|logout|service-token|password-reset\/request|password-reset\/confirm)$/,
     /^\/api\/auth\/passkeys\/authentication(\/options)?$/,
+    /^\/api\/auth\/(sign-up|email-sign-in)(\/verify)?$/,
+    // The console's pages that mailed links open.
+    /^\/(accept-invitation|reset-password|verify-sign-up|email-sign-in|verify-email)$/,
     /^\/health\/(live|ready)$/,
     /^\/$/,
     /^\/metrics$/,
