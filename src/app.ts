@@ -119,6 +119,9 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
     keepAliveTimeout: 72_000,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
+    // The database plugin migrates on start (an embedded database's first start runs every
+    // migration): on a busy machine that outlasts Fastify's 10 s default for a plugin to load.
+    pluginTimeout: 120_000,
     schemaController: { compilersFactory: { buildValidator: validatorFor } },
     // The router's and the HTTP parser's own refusals answer from the error catalogue too.
     frameworkErrors: frameworkError,
