@@ -1,7 +1,7 @@
 import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises'
 import { networkInterfaces, tmpdir } from 'node:os'
 import path from 'node:path'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { runNode, waitForOutput } from './helpers/process.ts'
 
 let dataDir: string
@@ -26,6 +26,10 @@ async function startDev() {
   const docs = /Interactive docs: +(http:\/\/localhost:\d+\/docs)/.exec(output)?.[1] as string
   return { ...dev, docs, output: () => output }
 }
+
+// A process on the embedded database starts by running every migration: beside parallel test files
+// on two cores that takes longer than the suite's default test time.
+vi.setConfig({ testTimeout: 90_000 })
 
 describe('npm run dev', () => {
   it('serves the docs on embedded defaults with a development secret it keeps', async () => {

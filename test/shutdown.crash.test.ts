@@ -1,7 +1,7 @@
 import { access, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { testSecret } from './helpers/app.ts'
 import { startService } from './helpers/service-process.ts'
 
@@ -14,6 +14,10 @@ const exists = (file: string) =>
 // The embedded database is the witness on either database the suite runs on: the lock file beside
 // its directory is removed by the app's onClose hooks and by nothing else, so an exit that skips
 // them leaves it behind.
+// A process on the embedded database starts by running every migration: beside parallel test files
+// on two cores that takes longer than the suite's default test time.
+vi.setConfig({ testTimeout: 90_000 })
+
 describe('a crash of the service process', () => {
   it.each([
     ['an uncaught exception', 'throw', 'boom: uncaught exception'],
