@@ -4,7 +4,7 @@ import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { runWithTenant } from '../../context.ts'
-import { type AlongWith, inTransaction } from '../../db/database.ts'
+import { type AlongWith, inTransaction, mapUniqueViolation } from '../../db/database.ts'
 import { type Page, page, rowsToRead } from '../../db/paging.ts'
 import type { Database, Role, Tx } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
@@ -50,16 +50,13 @@ export interface UserAdministrationDeps {
   endSessions: EndUserSessions
 }
 
-/** 409 ACCOUNT_EXISTS for the unique email index's violation. */
-async function accountExists<T>(work: () => Promise<T>): Promise<T> {
-  try {
-    return await work()
-  } catch (error) {
-    if ((error as { code?: string })?.code === '23505')
-      throw new AppError('ACCOUNT_EXISTS', 'An account with this email already exists')
-    throw error
-  }
-}
+/** 409 ACCOUNT_EXISTS for a violation of the unique email index (`lower(email)`, any letter case). */
+const accountExists = <T>(work: () => Promise<T>): Promise<T> =>
+  mapUniqueViolation(
+    work,
+    () => new AppError('ACCOUNT_EXISTS', 'An account with this email already exists'),
+    'accounts_email_key',
+  )
 
 /** Whether the account holds its role tuple: from its creation (invited ones too) until deactivated. */
 const holdsRoleTuple = (account: AccountRow) =>
