@@ -31,7 +31,6 @@ export {
   incrementSessionVersion,
   listAccounts,
   settleLoginAttempt,
-  unlockAccount,
   updatePasswordHash,
 } from './repository.ts'
 export { emailProofRetention, oneTimeTokenRetention } from './retention.ts'
