@@ -9,7 +9,7 @@ import { type ConfigSource, configFromEnv, loadConfig } from './config.ts'
 import { migrateToLatest } from './db/migrator.ts'
 import { developmentSecret } from './dev-secret.ts'
 import { AppError } from './errors.ts'
-import { listAccounts, unlockAccount } from './features/accounts/index.ts'
+import { listAccounts } from './features/accounts/index.ts'
 import { createOrganization, listOrganizations } from './features/organizations/index.ts'
 import { listDeadLetters, outboxCounts } from './outbox/status.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
@@ -88,10 +88,11 @@ const commands: Record<string, Command> = {
     usage: 'user unlock --email E',
     migrateOnStart: true,
     options: { email: { type: 'string' } },
+    // As an admin's unlock, recorded as the system's `user.unlocked`; without a lock in force, the
+    // failure count is cleared all the same.
     run: async (app, values) => {
-      const account = await unlockAccount(app.db, required(values, 'email'), app.clock.now())
-      if (!account) throw new AppError('NOT_FOUND', 'No account with this email')
-      return { userId: account.id, unlocked: true }
+      const { userId } = await app.services.users.unlockByOperator(required(values, 'email'))
+      return { userId, unlocked: true }
     },
   },
   'user deactivate': {

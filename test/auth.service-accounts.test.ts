@@ -94,6 +94,18 @@ describe('POST /api/auth/service-token', () => {
     expect(JSON.stringify(row)).not.toContain(account.clientSecret)
   })
 
+  it('refuses a clientId that is taken with 409 ACCOUNT_EXISTS, the first account unchanged', async () => {
+    const account = await newServiceAccount()
+    await expect(
+      t.app.services.serviceAccounts.create({
+        clientId: account.clientId,
+        description: 'a second one',
+        scopes: ['files:read'],
+      }),
+    ).rejects.toMatchObject({ code: 'ACCOUNT_EXISTS', status: 409 })
+    expect(await tokenFor(account)).toEqual(expect.any(String))
+  })
+
   it('answers a wrong secret, an unknown client and a disabled account with the same 401', async () => {
     const account = await newServiceAccount()
     const disabled = await newServiceAccount()

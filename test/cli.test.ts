@@ -1,9 +1,12 @@
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
+import type { Kysely } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { initializeOpenFga } from '../src/authz/init.ts'
 import { loadModel } from '../src/authz/model.ts'
+import { openPGlite } from '../src/db/database.ts'
+import type { Database } from '../src/db/schema.ts'
 import { findOrganization } from '../src/features/organizations/repository.ts'
 import { testSecret } from './helpers/app.ts'
 import { createTestDatabase, type TestDatabase } from './helpers/database.ts'
@@ -36,6 +39,20 @@ afterAll(async () => {
 })
 
 const cli = (...args: string[]) => runNode('src/cli.ts', args, env).done
+
+/**
+ * Runs `work` on this file's database while CLI commands run beside it: PostgreSQL's own handle, or
+ * the embedded directory opened here, whose holder then serves it to the CLI's processes.
+ */
+async function besideTheCli<T>(work: (db: Kysely<Database>) => Promise<T>): Promise<T> {
+  if (database) return work(database.handle.db)
+  const handle = await openPGlite(path.join(dataDir, 'pglite'))
+  try {
+    return await work(handle.db)
+  } finally {
+    await handle.close()
+  }
+}
 
 describe('operations CLI', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it('migrates and reports what it applied, then nothing the second time', async () => {
@@ -252,6 +269,68 @@ describe('operators see what exists', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
     const unknown = await cli('user', 'unlock', '--email', 'nobody@example.com')
     expect(unknown.code).not.toBe(0)
     expect(JSON.parse(unknown.stderr).code).toBe('NOT_FOUND')
+  })
+
+  it('unlocks a locked account as an admin would, recording user.unlocked with the system as actor', async () => {
+    const org = JSON.parse((await cli('org', 'create', '--name', 'Unlocked Ltd')).stdout).organizationId
+    const created = await runNode(
+      'src/cli.ts',
+      [
+        'user',
+        'create',
+        '--org',
+        org,
+        '--email',
+        'locked@example.com',
+        '--role',
+        'member',
+        '--password-stdin',
+      ],
+      env,
+      'a long enough password\n',
+    ).done
+    const { userId } = JSON.parse(created.stdout)
+    // Locked an hour ahead, so the lock is in force whenever the command runs.
+    const until = new Date(Date.now() + 3_600_000)
+    const { notLocked, account, events } = await besideTheCli(async (db) => {
+      const unlock = async (failures: { failed_attempts: number; locked_until: Date | null }) => {
+        await db
+          .updateTable('accounts')
+          .set({ ...failures, refused_attempts: 2 })
+          .where('id', '=', userId)
+          .execute()
+        const unlocked = await cli('user', 'unlock', '--email', 'Locked@Example.com')
+        expect(unlocked.code, unlocked.stderr).toBe(0)
+        expect(JSON.parse(unlocked.stdout)).toEqual({ userId, unlocked: true })
+        return db.selectFrom('accounts').selectAll().where('id', '=', userId).executeTakeFirstOrThrow()
+      }
+      // Not locked: the failure count is cleared all the same, and nothing is recorded.
+      const notLocked = await unlock({ failed_attempts: 2, locked_until: null })
+      const account = await unlock({ failed_attempts: 5, locked_until: until })
+      const events = await db
+        .selectFrom('audit_events')
+        .selectAll()
+        .where('chain', '=', org)
+        .where('type', '=', 'user.unlocked')
+        .execute()
+      return { notLocked, account, events }
+    })
+    expect(notLocked).toMatchObject({ locked_until: null, failed_attempts: 0, refused_attempts: 0 })
+    expect(account).toMatchObject({ locked_until: null, failed_attempts: 0, refused_attempts: 0 })
+    // One event, for the lock that was in force; none for the count cleared without a lock.
+    expect(events).toEqual([
+      expect.objectContaining({
+        organization_id: org,
+        actor_type: 'system',
+        actor_id: null,
+        subject_type: 'user',
+        subject_id: userId,
+        data: { lockedUntil: until.toISOString() },
+      }),
+    ])
+    // The event is on the organization's chain like any other: the chain still verifies.
+    const verified = await cli('audit', 'verify', '--org', org)
+    expect(verified.code, verified.stderr).toBe(0)
   })
 
   it('deactivates a user as an admin would, keeping the last active admin', async () => {

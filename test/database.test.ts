@@ -1,7 +1,15 @@
 import { sql } from 'kysely'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { inTransaction, isDatabaseUnavailable, openPostgres } from '../src/db/database.ts'
+import {
+  inTransaction,
+  isDatabaseUnavailable,
+  isUniqueViolation,
+  mapUniqueViolation,
+  openPostgres,
+} from '../src/db/database.ts'
+import { AppError } from '../src/errors.ts'
+import { insertAccount } from '../src/features/accounts/repository.ts'
 import { findOrganization, insertOrganization } from '../src/features/organizations/repository.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from './helpers/database.ts'
 
@@ -70,6 +78,56 @@ describe('database', () => {
     expect(isDatabaseUnavailable(error)).toBe(true)
     const bad = await sql`select * from no_such_table`.execute(database.handle.db).catch((e: unknown) => e)
     expect(isDatabaseUnavailable(bad)).toBe(false)
+  })
+
+  it("turns a unique violation of the named index into the caller's error, and leaves any other as it is", async () => {
+    const db = database.handle.db
+    const organization = await insertOrganization(db, { name: 'Unique' })
+    const account = (email: string) =>
+      insertAccount(db, {
+        organizationId: organization.id,
+        email,
+        passwordHash: 'x',
+        role: 'member',
+        active: true,
+      })
+    const exists = () => new AppError('ACCOUNT_EXISTS', 'taken')
+    const first = await account('taken@example.com')
+
+    // The email index is on lower(email): another letter case is the same address.
+    const again = await mapUniqueViolation(() => account('TAKEN@example.com'), exists, 'accounts_email_key')
+      .then(() => undefined)
+      .catch((e: unknown) => e)
+    expect(again).toBeInstanceOf(AppError)
+    expect(again).toMatchObject({ code: 'ACCOUNT_EXISTS', status: 409 })
+
+    // Another unique index (the primary key) is not the named one: its violation passes unchanged.
+    const samePrimaryKey = () =>
+      db
+        .insertInto('accounts')
+        .values({
+          id: first.id,
+          organization_id: organization.id,
+          email: 'other@example.com',
+          password_hash: 'x',
+          role: 'member',
+        })
+        .execute()
+    const other = await mapUniqueViolation(samePrimaryKey, exists, 'accounts_email_key').catch(
+      (e: unknown) => e,
+    )
+    expect(other).not.toBeInstanceOf(AppError)
+    expect(isUniqueViolation(other)).toBe(true)
+    expect(isUniqueViolation(other, 'accounts_pkey')).toBe(true)
+    expect(isUniqueViolation(other, 'accounts_email_key')).toBe(false)
+
+    // Without a name, any unique violation is the caller's; other errors never are.
+    await expect(mapUniqueViolation(samePrimaryKey, exists)).rejects.toMatchObject({ code: 'ACCOUNT_EXISTS' })
+    const notUnique = await mapUniqueViolation(() => insertOrganization(db, { name: '' }), exists).catch(
+      (e: unknown) => e,
+    )
+    expect(notUnique).not.toBeInstanceOf(AppError)
+    expect(isUniqueViolation(notUnique)).toBe(false)
   })
 })
 

@@ -338,3 +338,33 @@ export function isDataException(error: unknown): boolean {
   }
   return false
 }
+
+/**
+ * True when the database refused a row because it would repeat a value a unique index or
+ * constraint keeps single: SQLSTATE 23505, unique_violation; of the index or constraint named
+ * `constraint` only, when one is given. Both drivers (pg and PGlite) give the SQLSTATE as `code`
+ * and the violated index's or constraint's name as `constraint`.
+ */
+export function isUniqueViolation(error: unknown, constraint?: string): boolean {
+  if (!(error instanceof Error)) return false
+  const violation = error as { code?: unknown; constraint?: unknown }
+  return violation.code === '23505' && (constraint === undefined || violation.constraint === constraint)
+}
+
+/**
+ * Runs `work` and throws `conflict()` in place of a unique violation it ends in (of `constraint`
+ * only, when one is given; any other error passes unchanged): a value the caller sent that is taken
+ * already is the caller's conflict (409), not a server error.
+ */
+export async function mapUniqueViolation<T>(
+  work: () => Promise<T>,
+  conflict: () => AppError,
+  constraint?: string,
+): Promise<T> {
+  try {
+    return await work()
+  } catch (error) {
+    if (isUniqueViolation(error, constraint)) throw conflict()
+    throw error
+  }
+}

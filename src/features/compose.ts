@@ -20,6 +20,7 @@ import {
   AccountLinks,
   EmailChanges,
   EmailProofs,
+  NewPasswords,
   OtpService,
   OwnAccount,
   type PasswordResetHandler,
@@ -183,15 +184,13 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     links,
     endSessions: endUserSessions,
   })
-  const passwordResets = new PasswordResets({
+  // Every path that gives an account a new password (reset, invitation, change) writes it here.
+  const newPasswords = new NewPasswords({
     audit,
-    db,
-    clock,
-    config,
-    passwords,
-    links,
     endSessions: endUserSessions,
+    endOtherSessions: endOtherUserSessions,
   })
+  const passwordResets = new PasswordResets({ db, clock, config, passwords, links, newPasswords })
   const proofs = new EmailProofs({ config, sealMail: ports.mail.seal })
   const signUps = new SignUps({ audit, db, clock, config, passwords, tuples: authz.tuples, proofs })
   const emailSignIns = new EmailSignIns({ audit, db, clock, config, proofs, secondFactor })
@@ -204,14 +203,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     proofs,
     endOtherSessions: endOtherUserSessions,
   })
-  const ownAccount = new OwnAccount({
-    audit,
-    db,
-    clock,
-    config,
-    passwords,
-    endOtherSessions: endOtherUserSessions,
-  })
+  const ownAccount = new OwnAccount({ db, clock, config, passwords, newPasswords })
 
   // Organizations, files and the example resource.
   const orgConfig = new OrganizationConfig({ audit, db, clock, permissions: authz })

@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely'
 import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
-import { inTransaction } from '../../db/database.ts'
+import { inTransaction, mapUniqueViolation } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
@@ -134,32 +134,33 @@ export class EmailChanges {
     if (proof.account_id !== user.userId) throw emailProofInvalid()
     const account = await findOwnAccount(db, tenant, user.userId)
     if (!account) throw notAnAccount()
-    try {
-      await inTransaction(db, async (trx) => {
-        await proofs.use(trx, proof, now)
-        if (await findAccountByEmail(trx, proof.email)) throw accountExists()
-        if (!(await setAccountEmail(trx, tenant, account.id, proof.email, now))) throw emailProofInvalid()
-        // Links mailed to the former address stop working, and so does every other session.
-        await retireOneTimeTokens(trx, account.id, now)
-        await retireAccountEmailProofs(trx, account.id, now)
-        await this.#deps.endOtherSessions(trx, account.id, user.sessionId, now, 'email_changed')
-        await audit.record(trx, {
-          type: 'email.changed',
-          organizationId: tenant.organizationId,
-          actor: { type: 'user', id: account.id },
-          subject: { type: 'user', id: account.id },
-          data: { method: 'token' in given ? 'email_link' : 'email_code' },
-        })
-        await enqueueMail(
-          trx,
-          { template: 'email_changed', to: account.email, data: {}, organizationId: tenant.organizationId },
-          now,
-        )
-      })
-    } catch (error) {
-      if ((error as { code?: string })?.code === '23505') throw accountExists()
-      throw error
-    }
+    // An address taken between the read and the update (the unique email index): the same answer.
+    await mapUniqueViolation(
+      () =>
+        inTransaction(db, async (trx) => {
+          await proofs.use(trx, proof, now)
+          if (await findAccountByEmail(trx, proof.email)) throw accountExists()
+          if (!(await setAccountEmail(trx, tenant, account.id, proof.email, now))) throw emailProofInvalid()
+          // Links mailed to the former address stop working, and so does every other session.
+          await retireOneTimeTokens(trx, account.id, now)
+          await retireAccountEmailProofs(trx, account.id, now)
+          await this.#deps.endOtherSessions(trx, account.id, user.sessionId, now, 'email_changed')
+          await audit.record(trx, {
+            type: 'email.changed',
+            organizationId: tenant.organizationId,
+            actor: { type: 'user', id: account.id },
+            subject: { type: 'user', id: account.id },
+            data: { method: 'token' in given ? 'email_link' : 'email_code' },
+          })
+          await enqueueMail(
+            trx,
+            { template: 'email_changed', to: account.email, data: {}, organizationId: tenant.organizationId },
+            now,
+          )
+        }),
+      accountExists,
+      'accounts_email_key',
+    )
   }
 }
 

@@ -17,6 +17,7 @@ export {
   EmailProofs,
   emailProofInvalid,
 } from './email-proofs.ts'
+export { NewPasswords } from './new-password.ts'
 export { OtpService } from './otp.ts'
 export { OwnAccount } from './own-account.ts'
 export { type PasswordResetHandler, PasswordResets } from './password-reset.ts'
@@ -30,7 +31,6 @@ export {
   incrementSessionVersion,
   listAccounts,
   settleLoginAttempt,
-  unlockAccount,
   updatePasswordHash,
 } from './repository.ts'
 export { emailProofRetention, oneTimeTokenRetention } from './retention.ts'

@@ -1,25 +1,22 @@
 import type { Kysely } from 'kysely'
-import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
 import { tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
-import { enqueueMail } from '../../mail/outbox.ts'
 import type { UserPrincipal } from '../../principal.ts'
 import type { PasswordHasher } from '../../security/passwords.ts'
-import { accountLocked, checkPasswordPolicy, type EndOtherSessions } from './accounts.ts'
-import { retireOneTimeTokens } from './one-time-tokens.ts'
-import { claimLoginAttempt, findOwnAccount, replacePasswordHash, settleLoginAttempt } from './repository.ts'
+import { accountLocked, checkPasswordPolicy } from './accounts.ts'
+import type { NewPasswords } from './new-password.ts'
+import { claimLoginAttempt, findOwnAccount, settleLoginAttempt } from './repository.ts'
 
 export interface OwnAccountDeps {
-  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
   passwords: PasswordHasher
-  endOtherSessions: EndOtherSessions
+  newPasswords: NewPasswords
 }
 
 const notAnAccount = () => new AppError('NOT_FOUND', 'Only platform accounts have a profile here')
@@ -72,22 +69,17 @@ export class OwnAccount {
       throw accountLocked(lockedUntil, now)
     const passwordHash = await passwords.hash(newPassword)
     await inTransaction(db, async (trx) => {
-      // Another change (or a reset) since the verification: the password given is not current any more.
-      if (!(await replacePasswordHash(trx, tenant, account.id, previousHash, passwordHash, now)))
-        throw wrongPassword()
-      await retireOneTimeTokens(trx, account.id, now, 'PASSWORD_RESET')
-      await this.#deps.endOtherSessions(trx, account.id, user.sessionId, now, 'password_changed')
-      await this.#deps.audit.record(trx, {
-        type: 'password.changed',
-        organizationId: tenant.organizationId,
-        actor: { type: 'user', id: account.id },
-        subject: { type: 'user', id: account.id },
-      })
-      await enqueueMail(
-        trx,
-        { template: 'password_changed', to: account.email, data: {}, organizationId: tenant.organizationId },
+      const set = await this.#deps.newPasswords.set(trx, {
+        account,
+        passwordHash,
         now,
-      )
+        replaces: { hash: previousHash, tenant },
+        sessions: { keep: user.sessionId },
+        retire: 'PASSWORD_RESET',
+        event: 'password.changed',
+      })
+      // Another change (or a reset) since the verification: the password given is not current any more.
+      if (!set) throw wrongPassword()
     })
   }
 }

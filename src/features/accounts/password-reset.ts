@@ -1,17 +1,16 @@
 import type { Kysely } from 'kysely'
-import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
-import { enqueueMail } from '../../mail/outbox.ts'
 import type { PasswordHasher } from '../../security/passwords.ts'
 import { sha256 } from '../../security/tokens.ts'
 import type { AccountLinks } from './account-links.ts'
-import { checkPasswordPolicy, type EndUserSessions } from './accounts.ts'
-import { consumeOneTimeToken, findOneTimeToken, retireOneTimeTokens } from './one-time-tokens.ts'
-import { findAccount, findAccountByEmail, incrementSessionVersion, setNewPassword } from './repository.ts'
+import { checkPasswordPolicy } from './accounts.ts'
+import type { NewPasswords } from './new-password.ts'
+import { consumeOneTimeToken, findOneTimeToken } from './one-time-tokens.ts'
+import { findAccount, findAccountByEmail } from './repository.ts'
 
 /**
  * Extension point: password reset. `request` must behave identically whether or not
@@ -23,13 +22,12 @@ export interface PasswordResetHandler {
 }
 
 export interface PasswordResetsDeps {
-  audit: AuditTrail
   db: Kysely<Database>
   clock: Clock
   config: Config
   passwords: PasswordHasher
   links: AccountLinks
-  endSessions: EndUserSessions
+  newPasswords: NewPasswords
 }
 
 const invalidToken = () => new AppError('INVALID_TOKEN', 'The link is invalid, expired or already used')
@@ -70,27 +68,16 @@ export class PasswordResets implements PasswordResetHandler {
       // No link brings back a deactivated account; an invitation activates an invited one.
       if (account.deactivated_at || (used.purpose === 'PASSWORD_RESET' && !account.active))
         throw invalidToken()
-      await setNewPassword(trx, account.id, passwordHash, now)
-      await retireOneTimeTokens(trx, account.id, now)
-      await this.#deps.endSessions(trx, account.id, now, 'password_changed')
-      await incrementSessionVersion(trx, account.id)
-      // The link's holder acts: accepting an invitation activates the account.
-      await this.#deps.audit.record(trx, {
-        type: used.purpose === 'INVITATION' ? 'user.activated' : 'password.reset',
-        organizationId: account.organization_id,
-        actor: { type: 'user', id: account.id },
-        subject: { type: 'user', id: account.id },
-      })
-      await enqueueMail(
-        trx,
-        {
-          template: 'password_changed',
-          to: account.email,
-          data: {},
-          organizationId: account.organization_id,
-        },
+      // Accepting an invitation is the account's activation, recorded as such.
+      await this.#deps.newPasswords.set(trx, {
+        account,
+        passwordHash,
         now,
-      )
+        replaces: 'any',
+        sessions: 'none',
+        retire: 'all',
+        event: used.purpose === 'INVITATION' ? 'user.activated' : 'password.reset',
+      })
     })
   }
 }

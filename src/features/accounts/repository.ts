@@ -170,16 +170,6 @@ export function listAccounts(db: Executor, organizationId: string): Promise<Acco
     .execute()
 }
 
-/** Ends the account's lock and its failure count now (operators, `user unlock`); undefined: no such account. */
-export function unlockAccount(db: Executor, email: string, now: Date): Promise<{ id: string } | undefined> {
-  return db
-    .updateTable('accounts')
-    .set({ failed_attempts: 0, locked_until: null, refused_attempts: 0, updated_at: now })
-    .where(sql`lower(email)`, '=', email.trim().toLowerCase())
-    .returning('id')
-    .executeTakeFirst()
-}
-
 /** The organization's account, locked for the rest of the transaction; undefined in any other organization. */
 export function lockAccountOfOrganization(
   trx: Executor,
@@ -388,7 +378,7 @@ export async function setAccountRole(
     .execute()
 }
 
-/** Ends the lock of an account of the organization and its failure count (an admin's unlock). */
+/** Ends the lock of an account of the organization and its failure count (the unlock). */
 export async function unlockAccountOfOrganization(
   trx: Executor,
   tenant: TenantScope,

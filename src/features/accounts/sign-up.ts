@@ -3,7 +3,7 @@ import type { AuditTrail } from '../../audit/index.ts'
 import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
-import { inTransaction } from '../../db/database.ts'
+import { inTransaction, mapUniqueViolation } from '../../db/database.ts'
 import type { Database } from '../../db/schema.ts'
 import { AppError, validationFailed } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
@@ -132,40 +132,45 @@ export class SignUps {
       organizationName?: unknown
     }
     if (typeof passwordHash !== 'string' || typeof name !== 'string') throw emailProofInvalid()
-    const created = await inTransaction(db, async (trx) => {
-      await proofs.use(trx, proof, now)
-      const existing = await findAccountByEmail(trx, proof.email)
-      if (existing) {
-        await enqueueMail(
-          trx,
-          { template: 'sign_up_account_exists', to: existing.email, data: {}, organizationId: null },
-          now,
-        )
-        return null
-      }
-      const organization = await insertOrganization(trx, { name })
-      const account = await insertAccount(trx, {
-        organizationId: organization.id,
-        email: proof.email,
-        passwordHash,
-        role: 'admin',
-        active: true,
-      })
-      await tuples.record(trx, [roleTuple('write', account)], now)
-      await audit.record(trx, {
-        type: 'account.signed_up',
-        organizationId: organization.id,
-        actor: { type: 'user', id: account.id },
-        subject: { type: 'user', id: account.id },
-        data: { method: proofMethod(given), role: 'admin' },
-      })
-      return { userId: account.id, organizationId: organization.id }
-    }).catch((error: unknown) => {
-      // An account for the address committed between the read and the insert (the unique index).
-      if ((error as { code?: string })?.code === '23505') return null
-      throw error
-    })
-    if (!created) throw new AppError('ACCOUNT_EXISTS', 'This address already has an account: sign in instead')
+    const accountExists = () =>
+      new AppError('ACCOUNT_EXISTS', 'This address already has an account: sign in instead')
+    // An account for the address committed between the read and the insert (the unique email
+    // index) is answered as one found by the read.
+    const created = await mapUniqueViolation(
+      () =>
+        inTransaction(db, async (trx) => {
+          await proofs.use(trx, proof, now)
+          const existing = await findAccountByEmail(trx, proof.email)
+          if (existing) {
+            await enqueueMail(
+              trx,
+              { template: 'sign_up_account_exists', to: existing.email, data: {}, organizationId: null },
+              now,
+            )
+            return null
+          }
+          const organization = await insertOrganization(trx, { name })
+          const account = await insertAccount(trx, {
+            organizationId: organization.id,
+            email: proof.email,
+            passwordHash,
+            role: 'admin',
+            active: true,
+          })
+          await tuples.record(trx, [roleTuple('write', account)], now)
+          await audit.record(trx, {
+            type: 'account.signed_up',
+            organizationId: organization.id,
+            actor: { type: 'user', id: account.id },
+            subject: { type: 'user', id: account.id },
+            data: { method: proofMethod(given), role: 'admin' },
+          })
+          return { userId: account.id, organizationId: organization.id }
+        }),
+      accountExists,
+      'accounts_email_key',
+    )
+    if (!created) throw accountExists()
     // The admin's tuple starts on its way at once; what fails stays queued for the worker.
     await tuples.deliver()
     return created

@@ -4,7 +4,7 @@ import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { runWithTenant } from '../../context.ts'
-import { type AlongWith, inTransaction } from '../../db/database.ts'
+import { type AlongWith, inTransaction, mapUniqueViolation } from '../../db/database.ts'
 import { type Page, page, rowsToRead } from '../../db/paging.ts'
 import type { Database, Role, Tx } from '../../db/schema.ts'
 import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
@@ -25,6 +25,7 @@ import { retireOneTimeTokens } from './one-time-tokens.ts'
 import {
   type AccountRow,
   findAccount,
+  findAccountByEmail,
   findUserItem,
   incrementSessionVersion,
   insertAccount,
@@ -50,16 +51,13 @@ export interface UserAdministrationDeps {
   endSessions: EndUserSessions
 }
 
-/** 409 ACCOUNT_EXISTS for the unique email index's violation. */
-async function accountExists<T>(work: () => Promise<T>): Promise<T> {
-  try {
-    return await work()
-  } catch (error) {
-    if ((error as { code?: string })?.code === '23505')
-      throw new AppError('ACCOUNT_EXISTS', 'An account with this email already exists')
-    throw error
-  }
-}
+/** 409 ACCOUNT_EXISTS for a violation of the unique email index (`lower(email)`, any letter case). */
+const accountExists = <T>(work: () => Promise<T>): Promise<T> =>
+  mapUniqueViolation(
+    work,
+    () => new AppError('ACCOUNT_EXISTS', 'An account with this email already exists'),
+    'accounts_email_key',
+  )
 
 /** Whether the account holds its role tuple: from its creation (invited ones too) until deactivated. */
 const holdsRoleTuple = (account: AccountRow) =>
@@ -68,12 +66,12 @@ const holdsRoleTuple = (account: AccountRow) =>
 /**
  * Account administration by an organization's admins: list, invite, change a role, unlock, resend
  * an invitation, deactivate, reactivate and the admin-triggered reset; and by operators (the CLI,
- * the demo seed): create. The organization is the request's tenant. Who may administer is decided
- * by the caller's account row, read in the operation's transaction (active, role `admin`, of the
- * tenant's organization), never by the authorization server: role tuples are written for the
- * resources that use them, and a tuple that lags behind the account table (queued, or an
- * authorization server that is down) neither grants nor blocks administration. Every change is one
- * transaction, with its role tuple, email and audit event in it.
+ * the demo seed): create, deactivate and unlock. The organization is the request's tenant. Who may
+ * administer is decided by the caller's account row, read in the operation's transaction (active,
+ * role `admin`, of the tenant's organization), never by the authorization server: role tuples are
+ * written for the resources that use them, and a tuple that lags behind the account table (queued,
+ * or an authorization server that is down) neither grants nor blocks administration. Every change is
+ * one transaction, with its role tuple, email and audit event in it.
  */
 export class UserAdministration {
   readonly #deps: UserAdministrationDeps
@@ -343,8 +341,8 @@ export class UserAdministration {
   }
 
   /**
-   * Ends an account's lockout before its time (as `user unlock` does for operators). An account
-   * that is not locked is left as it is, its failure count included, and nothing is recorded.
+   * Ends an account's lockout before its time (POST /api/users/{id}/unlock). An account that is
+   * not locked is left as it is, its failure count included, and nothing is recorded.
    */
   async unlock(caller: UserPrincipal, userId: string): Promise<UserItemRow> {
     const { db, clock } = this.#deps
@@ -352,18 +350,56 @@ export class UserAdministration {
     return inTransaction(db, async (trx) => {
       const tenant = await this.#authorize(trx, caller)
       const target = await this.#target(trx, tenant, userId)
-      if (target.locked_until && target.locked_until > now) {
-        await unlockAccountOfOrganization(trx, tenant, userId, now)
-        await this.#deps.audit.record(trx, {
-          type: 'user.unlocked',
-          organizationId: tenant.organizationId,
-          actor: actorOf(caller),
-          subject: { type: 'user', id: userId },
-          data: { lockedUntil: target.locked_until.toISOString() },
-        })
-      }
+      await this.#unlock(trx, tenant, target, actorOf(caller), now, 'leave')
       return this.#item(trx, tenant, userId, now)
     })
+  }
+
+  /**
+   * The unlock by an operator (`npm run cli -- user unlock --email E`): an admin's unlock, in the
+   * account's own organization, by the system. An account that is not locked gets its failure
+   * count cleared all the same, and nothing is recorded. Any letter case of the email finds it.
+   */
+  async unlockByOperator(email: string): Promise<{ userId: string }> {
+    const { db, clock } = this.#deps
+    const now = clock.now()
+    return inTransaction(db, async (trx) => {
+      const account = await findAccountByEmail(trx, email.trim())
+      if (!account) throw new AppError('NOT_FOUND', 'No account with this email')
+      // The operator acts in the account's own organization.
+      const tenant = runWithTenant(account.organization_id, tenantScope)
+      const target = await this.#target(trx, tenant, account.id)
+      await this.#unlock(trx, tenant, target, actorOf(null), now, 'clear')
+      return { userId: target.id }
+    })
+  }
+
+  /**
+   * Ends the target's lock (and its failure count) when one is in force at `now`, and records
+   * `user.unlocked` by `actor` with when the lock would have ended. An account that is not locked
+   * has nothing recorded; its failure count (and a lock that has passed) is cleared when
+   * `notLocked` is 'clear', left as it is when 'leave'.
+   */
+  async #unlock(
+    trx: Tx,
+    tenant: TenantScope,
+    target: AccountRow,
+    actor: AuditActor,
+    now: Date,
+    notLocked: 'leave' | 'clear',
+  ): Promise<void> {
+    if (target.locked_until && target.locked_until > now) {
+      await unlockAccountOfOrganization(trx, tenant, target.id, now)
+      await this.#deps.audit.record(trx, {
+        type: 'user.unlocked',
+        organizationId: tenant.organizationId,
+        actor,
+        subject: { type: 'user', id: target.id },
+        data: { lockedUntil: target.locked_until.toISOString() },
+      })
+    } else if (notLocked === 'clear') {
+      await unlockAccountOfOrganization(trx, tenant, target.id, now)
+    }
   }
 
   /**

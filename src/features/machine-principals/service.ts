@@ -7,7 +7,7 @@ import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { runWithTenant } from '../../context.ts'
-import { inTransaction } from '../../db/database.ts'
+import { inTransaction, mapUniqueViolation } from '../../db/database.ts'
 import { InvalidatedCache } from '../../db/invalidated-cache.ts'
 import { type Page, page, rowsToRead } from '../../db/paging.ts'
 import type { Database } from '../../db/schema.ts'
@@ -100,32 +100,30 @@ export class ServiceAccounts implements RevocationListener {
       throw new AppError('VALIDATION_FAILED', 'clientId must be 3 to 100 letters, digits or . _ : -')
     }
     const clientSecret = randomBytes(KEY_BYTES).toString('base64url')
-    try {
-      const scopes = parseScopes(input.scopes)
-      const row = await inTransaction(this.#deps.db, async (trx) => {
-        const inserted = await insertServiceAccount(trx, {
-          clientId,
-          secretHash: sha256(clientSecret),
-          scopes,
-          description: input.description,
-          now: this.#deps.clock.now(),
-        })
-        await this.#deps.audit.record(trx, {
-          type: 'service_account.created',
-          organizationId: null,
-          actor: actorOf(null),
-          subject: { type: 'service_account', id: inserted.id },
-          data: { clientId, scopes: scopes.join(' ') },
-        })
-        return inserted
-      })
-      return { id: row.id, clientId: row.client_id, clientSecret }
-    } catch (error) {
-      if ((error as { code?: string }).code === '23505') {
-        throw new AppError('ACCOUNT_EXISTS', 'A service account with this clientId already exists')
-      }
-      throw error
-    }
+    const scopes = parseScopes(input.scopes)
+    const row = await mapUniqueViolation(
+      () =>
+        inTransaction(this.#deps.db, async (trx) => {
+          const inserted = await insertServiceAccount(trx, {
+            clientId,
+            secretHash: sha256(clientSecret),
+            scopes,
+            description: input.description,
+            now: this.#deps.clock.now(),
+          })
+          await this.#deps.audit.record(trx, {
+            type: 'service_account.created',
+            organizationId: null,
+            actor: actorOf(null),
+            subject: { type: 'service_account', id: inserted.id },
+            data: { clientId, scopes: scopes.join(' ') },
+          })
+          return inserted
+        }),
+      () => new AppError('ACCOUNT_EXISTS', 'A service account with this clientId already exists'),
+      'service_accounts_client_id_key',
+    )
+    return { id: row.id, clientId: row.client_id, clientSecret }
   }
 
   async disable(clientId: string) {

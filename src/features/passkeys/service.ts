@@ -9,7 +9,7 @@ import type { Kysely } from 'kysely'
 import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import { type Config, jwtSecrets } from '../../config.ts'
-import { inTransaction } from '../../db/database.ts'
+import { inTransaction, mapUniqueViolation } from '../../db/database.ts'
 import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
@@ -185,26 +185,24 @@ export class PasskeyService {
     return inTransaction(db, async (trx) => {
       const account = await findAccount(trx, user.userId)
       if (!account?.active) throw new AppError('AUTHENTICATION_REQUIRED', 'The account is not active')
-      let row: PasskeyRow
-      try {
-        row = await insertPasskey(trx, {
-          account_id: account.id,
-          organization_id: account.organization_id,
-          credential_id: info.credential.id,
-          public_key: info.credential.publicKey,
-          counter: info.credential.counter,
-          transports: info.credential.transports ?? [],
-          device_type: info.credentialDeviceType,
-          backed_up: info.credentialBackedUp,
-          aaguid: info.aaguid,
-          name: name?.trim() || defaultName(now),
-          created_at: now,
-        })
-      } catch (error) {
-        if ((error as { code?: string }).code === '23505')
-          throw new AppError('PASSKEY_EXISTS', 'This authenticator is registered already')
-        throw error
-      }
+      const row = await mapUniqueViolation(
+        () =>
+          insertPasskey(trx, {
+            account_id: account.id,
+            organization_id: account.organization_id,
+            credential_id: info.credential.id,
+            public_key: info.credential.publicKey,
+            counter: info.credential.counter,
+            transports: info.credential.transports ?? [],
+            device_type: info.credentialDeviceType,
+            backed_up: info.credentialBackedUp,
+            aaguid: info.aaguid,
+            name: name?.trim() || defaultName(now),
+            created_at: now,
+          }),
+        () => new AppError('PASSKEY_EXISTS', 'This authenticator is registered already'),
+        'passkeys_credential_id_key',
+      )
       await securityEmail(trx, account, 'passkey_added', row.name, now)
       await this.#deps.audit.record(trx, passkeyEvent('passkey.added', account, row))
       return toPasskeyRecord(row)
