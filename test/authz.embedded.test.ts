@@ -423,7 +423,7 @@ type document
     }
 
     it("makes one query per round of lookups in a check: parents with the user's tuples on them, union branches together", async () => {
-      const { counted, counter, port } = await memberOfAcmeOwningPr1()
+      const { counter, port } = await memberOfAcmeOwningPr1()
       // owner_organization of pr-1 with the user's tuples on acme (member, admin), in one statement.
       expect(await port.check(tuple('user:mia', 'can_view', 'purchase_request:pr-1'))).toBe(true)
       expect(counter.queries).toBe(1)

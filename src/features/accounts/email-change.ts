@@ -9,18 +9,13 @@ import { AppError } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
 import type { UserPrincipal } from '../../principal.ts'
 import type { PasswordHasher } from '../../security/passwords.ts'
-import { accountLocked, type EndOtherSessions, normalizeEmail } from './accounts.ts'
+import { type EndOtherSessions, normalizeEmail } from './accounts.ts'
 import { retireAccountEmailProofs } from './email-proof-repository.ts'
 import type { EmailProof, EmailProofs } from './email-proofs.ts'
 import { emailProofInvalid } from './email-proofs.ts'
 import { retireOneTimeTokens } from './one-time-tokens.ts'
-import {
-  claimLoginAttempt,
-  findAccountByEmail,
-  findOwnAccount,
-  setAccountEmail,
-  settleLoginAttempt,
-} from './repository.ts'
+import { confirmCurrentPassword, notAnAccount } from './own-account.ts'
+import { findAccountByEmail, findOwnAccount, setAccountEmail } from './repository.ts'
 
 export interface EmailChangesDeps {
   audit: AuditTrail
@@ -40,9 +35,6 @@ export interface PendingEmailChange {
   newEmail: string
 }
 
-const notAnAccount = () => new AppError('NOT_FOUND', 'Only platform accounts have a profile here')
-const wrongPassword = () => new AppError('INVALID_CREDENTIALS', 'The current password is not correct')
-
 /**
  * The signed-in user's address change. The request checks the current password as a sign-in does
  * (counted toward the lockout); then, after the answer, the new address gets a proof and the
@@ -60,23 +52,8 @@ export class EmailChanges {
   }
 
   async prepare(user: UserPrincipal, newEmail: string, currentPassword: string): Promise<PendingEmailChange> {
-    const { db, clock, config, passwords } = this.#deps
     const email = normalizeEmail(newEmail)
-    const tenant = tenantScope()
-    const account = await findOwnAccount(db, tenant, user.userId)
-    if (!account) throw notAnAccount()
-    const now = clock.now()
-    const { maxAttempts, durationMinutes } = config.auth.lockout
-    const lockedUntil = new Date(now.getTime() + durationMinutes * 60_000)
-    const claimed = await claimLoginAttempt(db, account.email, now, maxAttempts, lockedUntil)
-    if (!claimed) {
-      await passwords.verifyNothing(currentPassword)
-      throw wrongPassword()
-    }
-    if (claimed.wasLocked) throw accountLocked(claimed.account.locked_until ?? lockedUntil, now)
-    if (!(await passwords.verify(claimed.account.password_hash, currentPassword))) throw wrongPassword()
-    if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear')))
-      throw accountLocked(lockedUntil, now)
+    const { account, tenant } = await confirmCurrentPassword(this.#deps, user, currentPassword)
     return {
       accountId: account.id,
       organizationId: tenant.organizationId,
