@@ -43,10 +43,19 @@ const codeInput = () =>
 const submit = (label: string) =>
   h('div', { class: 'signin-actions' }, h('button', { type: 'submit', class: 'btn primary' }, label))
 
+/** The way to the code form for a visitor whose email has arrived already. */
+const haveACode = (open: () => void) =>
+  h(
+    'p',
+    { class: 'outside-back' },
+    h('button', { type: 'button', class: 'link-button', onclick: open }, 'I have a code'),
+  )
+
 /**
  * The mail has gone (or, for an address that cannot use it, a notice has): the address and the code
  * it carries, posted by `verify`.
  */
+
 function checkMail(options: {
   email: string
   what: string
@@ -125,15 +134,7 @@ function signUpScreen(platform: PlatformClient, root: HTMLElement) {
       'An organization of your own, with you as its first admin. Nothing is created until you confirm your address with the link or code we email you.',
       alert,
       form,
-      h(
-        'p',
-        { class: 'outside-back' },
-        h(
-          'button',
-          { type: 'button', class: 'link-button', onclick: () => show(root, codeStep('')) },
-          'I have a code',
-        ),
-      ),
+      haveACode(() => show(root, codeStep(''))),
       backToSignIn(),
     )
   }
@@ -242,15 +243,7 @@ function emailSignInScreen(platform: PlatformClient, root: HTMLElement) {
       'We email you a link and a six-digit code; either signs you in, once. No password needed.',
       alert,
       form,
-      h(
-        'p',
-        { class: 'outside-back' },
-        h(
-          'button',
-          { type: 'button', class: 'link-button', onclick: () => show(root, codeStep('')) },
-          'I have a code',
-        ),
-      ),
+      haveACode(() => show(root, codeStep(''))),
       backToSignIn(),
     )
   }
