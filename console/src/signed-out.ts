@@ -55,7 +55,6 @@ const haveACode = (open: () => void) =>
  * The mail has gone (or, for an address that cannot use it, a notice has): the address and the code
  * it carries, posted by `verify`.
  */
-
 function checkMail(options: {
   email: string
   what: string
