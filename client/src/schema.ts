@@ -318,7 +318,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Set a new password with the token of an invitation or reset link */
+        /** Set a new password with the link or code of an invitation or reset mail */
         post: operations["confirmPasswordReset"];
         delete?: never;
         options?: never;
@@ -925,14 +925,24 @@ export interface components {
             currentPassword: string;
             newPassword: string;
         };
-        /**
-         * PasswordResetConfirmation
-         * @description The token of an invitation or reset link, and the new password
-         */
-        PasswordResetConfirmation: {
+        /** PasswordResetByCode */
+        PasswordResetByCode: {
+            /** @description The six-digit code of the mail */
+            code: string;
+            email: string;
             newPassword: string;
+        };
+        /** PasswordResetByToken */
+        PasswordResetByToken: {
+            newPassword: string;
+            /** @description The `token` query parameter of the mailed link */
             token: string;
         };
+        /**
+         * PasswordResetConfirmation
+         * @description The mailed link's token, or the address the invitation or reset went to and its code; and the new password
+         */
+        PasswordResetConfirmation: components["schemas"]["PasswordResetByToken"] | components["schemas"]["PasswordResetByCode"];
         /**
          * PasswordResetRequest
          * @description The account to email a reset link to
@@ -2892,7 +2902,7 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        /** @description The token of an invitation or reset link, and the new password */
+        /** @description The mailed link's token, or the address the invitation or reset went to and its code; and the new password */
         requestBody: {
             content: {
                 "application/json": components["schemas"]["PasswordResetConfirmation"];

@@ -315,6 +315,12 @@ document.addEventListener('keydown', (event) => {
 })
 byId('signout').addEventListener('click', () => void guard(byId('error'), () => platform.logout()))
 
+// The self-service flows the service has switched on (src/http/console.ts names them in the page).
+const flows =
+  document.querySelector<HTMLMetaElement>('meta[name="platform-sign-in"]')?.content.split(' ') ?? []
+for (const item of document.querySelectorAll<HTMLElement>('[data-sign-in]'))
+  item.hidden = !flows.includes(item.dataset.signIn ?? '')
+
 const signIn = setUpSignIn(platform, byId('error'))
 setInterval(tickRelativeTimes, 30_000)
 

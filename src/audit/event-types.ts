@@ -19,7 +19,7 @@ export const AUDIT_EVENT_TYPES = [
   'account.signed_up',
   'email.changed',
   'user.invited',
-  'user.activated',
+  'invitation.accepted',
   'user.deactivated',
   'user.reactivated',
   'user.role_changed',

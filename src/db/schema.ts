@@ -184,6 +184,10 @@ export interface OneTimeTokenTable {
   account_id: string
   purpose: OneTimeTokenPurpose
   token_hash: string
+  /** The mailed code's hash, salted with `token_hash`; null on tokens issued without a code. */
+  code_hash: string | null
+  /** Wrong codes tried; at `platform.auth.email-proof.max-attempts` the token is spent. */
+  attempts: Generated<number>
   created_at: Timestamp
   expires_at: Timestamp
   used_at: Timestamp | null

@@ -4,8 +4,12 @@
 
 /** The data of the account and security emails, which every deployment sends. */
 interface BuiltInTemplateData {
-  invitation: { link: string; organizationName?: string }
-  password_reset: { link: string }
+  /**
+   * `code` works in place of the link for `codeMinutes`; both are absent from mails queued before
+   * invitations and resets carried codes.
+   */
+  invitation: { link: string; organizationName?: string } & LinkCode
+  password_reset: { link: string } & LinkCode
   password_changed: Record<string, never>
   otp_enabled: Record<string, never>
   otp_disabled: Record<string, never>
@@ -155,6 +159,20 @@ function proofTemplate(
   }
 }
 
+/** The code an invitation or reset mail carries beside its link. */
+interface LinkCode {
+  code?: string
+  codeMinutes?: number
+}
+
+const codeLines = (d: LinkCode): string[] =>
+  d.code ? ['', `Or enter this code: ${d.code} (it works for ${d.codeMinutes ?? 15} minutes).`] : []
+
+const codeParagraph = (d: LinkCode) =>
+  d.code
+    ? html`<p>Or enter this code: <strong style="font-size: 1.4em; letter-spacing: 0.2em">${d.code}</strong> (it works for ${String(d.codeMinutes ?? 15)} minutes).</p>`
+    : html``
+
 /** A notice without a link or code. */
 function noticeTemplate(subject: string, lines: string[]): MailTemplate<Record<string, never>> {
   return {
@@ -173,12 +191,14 @@ const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplat
         '',
         'Set your password to accept the invitation:',
         d.link,
+        ...codeLines(d),
         '',
         'The link can be used once. If you did not expect this invitation, ignore this email.',
       ].join('\n'),
     body: (d) =>
       html`<p>${d.organizationName ? html`You have been invited to <strong>${d.organizationName}</strong>.` : 'You have been invited.'}</p>
 <p><a href="${d.link}">Set your password to accept the invitation</a></p>
+${codeParagraph(d)}
 <p>The link can be used once. If you did not expect this invitation, ignore this email.</p>`,
   },
   password_reset: {
@@ -189,12 +209,14 @@ const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplat
         '',
         'Choose a new password:',
         d.link,
+        ...codeLines(d),
         '',
         'The link can be used once and expires soon. If you did not ask for this, ignore this email.',
       ].join('\n'),
     body: (d) =>
       html`<p>Someone asked to reset the password of your account.</p>
 <p><a href="${d.link}">Choose a new password</a></p>
+${codeParagraph(d)}
 <p>The link can be used once and expires soon. If you did not ask for this, ignore this email.</p>`,
   },
   password_changed: {

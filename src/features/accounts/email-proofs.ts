@@ -34,10 +34,17 @@ export const emailProofInvalid = () =>
   new AppError('EMAIL_PROOF_INVALID', 'The link or code is invalid, expired or already used')
 
 /** A six-digit code, leading zeros kept. */
-const newCode = () => String(randomInt(0, 1_000_000)).padStart(6, '0')
+export const newCode = () => String(randomInt(0, 1_000_000)).padStart(6, '0')
 
 /** The code's hash, salted with its proof's token hash so equal codes of two proofs differ at rest. */
-const codeHash = (tokenHash: string, code: string) => sha256(`${tokenHash}:${code}`)
+export const codeHash = (tokenHash: string, code: string) => sha256(`${tokenHash}:${code}`)
+
+/** Whether a given code is the one whose hash is stored, compared in constant time. */
+export function codeMatches(storedHash: string, tokenHash: string, code: string): boolean {
+  const expected = Buffer.from(storedHash, 'hex')
+  const actual = Buffer.from(codeHash(tokenHash, code.trim()), 'hex')
+  return expected.length === actual.length && timingSafeEqual(expected, actual)
+}
 
 export interface EmailProofsDeps {
   config: Config
@@ -127,9 +134,7 @@ export class EmailProofs {
     }
     const row = await claimCodeAttempt(db, purpose, given.email.trim(), now, this.#maxAttempts)
     if (!row) throw emailProofInvalid()
-    const expected = Buffer.from(row.code_hash, 'hex')
-    const actual = Buffer.from(codeHash(row.token_hash, given.code.trim()), 'hex')
-    if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) throw emailProofInvalid()
+    if (!codeMatches(row.code_hash, row.token_hash, given.code)) throw emailProofInvalid()
     await refundCodeAttempt(db, row.id)
     return row
   }
