@@ -23,6 +23,8 @@ interface BuiltInTemplateData {
   /** To an address that already has an account, in place of a sign-up's proof. */
   sign_up_account_exists: Record<string, never>
   email_sign_in: EmailProofData
+  /** To an address without an active account, in place of an email sign-in's proof. */
+  email_sign_in_no_account: Record<string, never>
   email_change_verification: EmailProofData
   /** To the current address, when a change to another one is asked for. */
   email_change_requested: Record<string, never>
@@ -287,6 +289,10 @@ ${codeParagraph(d)}
     'Sign in',
     'If you did not ask for this, ignore this email.',
   ),
+  email_sign_in_no_account: noticeTemplate('Sign-in attempt with your email address', [
+    'Someone asked to sign in with this email address, but no active account uses it, so no sign-in link was sent.',
+    'If it was you, check the address you typed, or ask your organization administrator for an invitation. Otherwise ignore this email.',
+  ]),
   email_change_verification: proofTemplate(
     'Confirm your new email address',
     'Someone asked to use this email address for their account.',

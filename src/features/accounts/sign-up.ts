@@ -87,29 +87,26 @@ export class SignUps {
     return { email, organizationName: name, passwordHash: await this.#deps.passwords.hash(input.password) }
   }
 
-  /** After the answer: the proof to a new address, the notice to one that has an account. */
+  /**
+   * After the answer: the proof to a new address, the notice to one that has an account. Both store
+   * a proof and mail once, in the same statements (the notice's proof carries no pending sign-up, so
+   * verifying it creates nothing).
+   */
   async send(pending: PendingSignUp): Promise<void> {
     const { db, clock, proofs } = this.#deps
     const now = clock.now()
     await inTransaction(db, async (trx) => {
       const account = await findAccountByEmail(trx, pending.email)
-      if (account) {
-        await proofs.retire(trx, 'SIGN_UP', pending.email, now)
-        await enqueueMail(
-          trx,
-          { template: 'sign_up_account_exists', to: account.email, data: {}, organizationId: null },
-          now,
-        )
-        return
-      }
       await proofs.issue(
         trx,
         {
           purpose: 'SIGN_UP',
-          email: pending.email,
+          email: account?.email ?? pending.email,
           accountId: null,
           organizationId: null,
-          data: { passwordHash: pending.passwordHash, organizationName: pending.organizationName },
+          ...(account
+            ? { noticeInstead: 'sign_up_account_exists' as const }
+            : { data: { passwordHash: pending.passwordHash, organizationName: pending.organizationName } }),
         },
         now,
       )

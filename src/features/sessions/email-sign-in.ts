@@ -44,22 +44,25 @@ export class EmailSignIns {
     this.#deps = deps
   }
 
+  /**
+   * After the answer: the proof to an active account's address; to any other address a notice that
+   * no active account uses it, with an unusable proof stored all the same (no account of its own),
+   * so every address costs the same statements, sealing and mail.
+   */
   async send(email: string): Promise<void> {
     const { db, clock, proofs } = this.#deps
     const now = clock.now()
     await inTransaction(db, async (trx) => {
       const account = await findAccountByEmail(trx, email.trim())
-      if (!account?.active) {
-        await proofs.retire(trx, 'EMAIL_SIGN_IN', email.trim(), now)
-        return
-      }
+      const usable = account?.active ? account : undefined
       await proofs.issue(
         trx,
         {
           purpose: 'EMAIL_SIGN_IN',
-          email: account.email,
-          accountId: account.id,
-          organizationId: account.organization_id,
+          email: usable?.email ?? email.trim(),
+          accountId: usable?.id ?? null,
+          organizationId: usable?.organization_id ?? null,
+          ...(usable ? {} : { noticeInstead: 'email_sign_in_no_account' as const }),
         },
         now,
       )
