@@ -1,28 +1,8 @@
 import { createHash } from 'node:crypto'
 import * as oidc from 'openid-client'
 import type { Clock } from '../../clock.ts'
+import { type Config, oidcIssuerProblem } from '../../config.ts'
 import type { ResolvedProvider } from './providers.ts'
-
-const LOOPBACK = new Set(['127.0.0.1', '[::1]', 'localhost'])
-
-/**
- * Why an issuer is not acceptable, or null: issuers are https, except that the development and
- * test profiles accept `http://` on a loopback address (local identity providers and the tests).
- */
-export function issuerProblem(issuer: string, allowLoopbackHttp: boolean): string | null {
-  let url: URL
-  try {
-    url = new URL(issuer)
-  } catch {
-    return `is not a URL: ${issuer}`
-  }
-  if (url.search || url.hash) return `must have no query or fragment: ${issuer}`
-  if (url.protocol === 'https:') return null
-  if (url.protocol === 'http:' && allowLoopbackHttp && LOOPBACK.has(url.hostname)) return null
-  return allowLoopbackHttp
-    ? `must be https (http only on a loopback address): ${issuer}`
-    : `must be https: ${issuer}`
-}
 
 /** How long a provider's discovery document (and the client built on it) is kept. */
 const DISCOVERY_TTL_MS = 60 * 60 * 1000
@@ -42,11 +22,11 @@ interface Cached {
 export class ProviderDiscovery {
   readonly #cache = new Map<string, Cached>()
   readonly #clock: Clock
-  readonly #allowLoopbackHttp: boolean
+  readonly #profile: Config['profile']
 
-  constructor(deps: { clock: Clock; allowLoopbackHttp: boolean }) {
+  constructor(deps: { clock: Clock; profile: Config['profile'] }) {
     this.#clock = deps.clock
-    this.#allowLoopbackHttp = deps.allowLoopbackHttp
+    this.#profile = deps.profile
   }
 
   configuration(provider: ResolvedProvider): Promise<oidc.Configuration> {
@@ -65,8 +45,8 @@ export class ProviderDiscovery {
   }
 
   async #discover(provider: ResolvedProvider): Promise<oidc.Configuration> {
-    const problem = issuerProblem(provider.issuer, this.#allowLoopbackHttp)
-    if (problem) throw new Error(`issuer ${problem}`)
+    const problem = oidcIssuerProblem(provider.issuer, this.#profile)
+    if (problem) throw new Error(`the provider ${problem}`)
     const insecure = new URL(provider.issuer).protocol === 'http:'
     const configuration = await oidc.discovery(
       new URL(provider.issuer),

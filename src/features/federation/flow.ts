@@ -14,7 +14,7 @@ import {
   type ResolvedProvider,
   type VerifiedIdentity,
 } from './providers.ts'
-import { insertFlow, type OidcFlowRow, takeFlow } from './repository.ts'
+import { findFlow, insertFlow, type OidcFlowRow, takeFlow } from './repository.ts'
 
 /** An authorization request lives this long: its cookie's max-age, and the row's expiry. */
 export const FLOW_TTL_SECONDS = 600
@@ -164,6 +164,15 @@ export class OidcFlow {
     return handle.raw
   }
 
+  /** The waiting sign-in the cookie names, left in place; 400 OIDC_STATE_INVALID when there is none. */
+  async peekSecondFactor(handle: string | undefined): Promise<{ ref: ProviderRef; accountId: string }> {
+    if (!handle) throw stateInvalid()
+    const held = await findFlow(this.#deps.db, sha256(handle), 'second_factor', this.#deps.clock.now())
+    const ref = held ? parseRef(held.provider_ref) : null
+    if (!held?.account_id || !ref) throw stateInvalid()
+    return { ref, accountId: held.account_id }
+  }
+
   /** Takes the waiting sign-in the cookie names (once); 400 OIDC_STATE_INVALID when there is none. */
   async takeSecondFactor(handle: string | undefined): Promise<{ ref: ProviderRef; accountId: string }> {
     const { db, clock } = this.#deps
@@ -190,7 +199,10 @@ export class OidcFlow {
 function reason(error: unknown): string {
   if (error instanceof oidc.AuthorizationResponseError) return `the provider answered ${error.error}`
   if (error instanceof oidc.ResponseBodyError) return `the token endpoint answered ${error.error}`
-  return error instanceof Error ? error.message : 'unknown error'
+  // openid-client wraps the check that failed (oauth4webapi's, naming the claim) in a general error.
+  let inner: unknown = error
+  while (inner instanceof Error && inner.cause instanceof Error) inner = inner.cause
+  return inner instanceof Error ? inner.message : 'unknown error'
 }
 
 function identityOf(

@@ -1,7 +1,10 @@
 // Sign-in through OpenID Connect providers: the relying party's flow (src/features/federation/flow.ts),
 // the registry of provider kinds other features plug into (providers.ts), and the identities
 // linked to accounts, keyed by (issuer, subject).
-export { issuerProblem, ProviderDiscovery } from './discovery.ts'
+import type { FastifyInstance } from 'fastify'
+import { identityRoutes, oidcRoutes } from './routes.ts'
+
+export { ProviderDiscovery } from './discovery.ts'
 export { type FinishedFlow, FLOW_TTL_SECONDS, type FlowBinding, OidcFlow } from './flow.ts'
 export {
   type EmailVerifiedClaim,
@@ -14,3 +17,9 @@ export {
   type SignInTarget,
   type VerifiedIdentity,
 } from './providers.ts'
+export { type CallbackOutcome, FederatedSignIns } from './service.ts'
+
+export default async function federationFeature(app: FastifyInstance) {
+  await app.register(oidcRoutes, { prefix: '/api/auth/oidc' })
+  await app.register(identityRoutes, { prefix: '/api/account/identities' })
+}
