@@ -890,7 +890,10 @@ export interface components {
             /** @description The provider id */
             provider: string;
         };
-        /** IdentityLinkStart */
+        /**
+         * IdentityLinkStart
+         * @description Where to send the browser
+         */
         IdentityLinkStart: {
             /** @description The provider's authorization URL: navigate the browser to it */
             redirectUrl: string;
@@ -929,7 +932,10 @@ export interface components {
             provider: string;
             providerName: string | null;
         };
-        /** LinkedIdentityList */
+        /**
+         * LinkedIdentityList
+         * @description The linked identities
+         */
         LinkedIdentityList: {
             items: components["schemas"]["LinkedIdentity"][];
         };
@@ -950,7 +956,10 @@ export interface components {
             /** @description The account email */
             username: string;
         };
-        /** OidcProviderList */
+        /**
+         * OidcProviderList
+         * @description The providers
+         */
         OidcProviderList: {
             items: {
                 /** @description The provider id */
@@ -1480,7 +1489,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The linked identities */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1668,7 +1677,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Default Response */
+            /** @description Where to send the browser */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2501,7 +2510,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The providers */
             200: {
                 headers: {
                     [name: string]: unknown;
