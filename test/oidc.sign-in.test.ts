@@ -168,7 +168,7 @@ describe('first sign-in', () => {
     const email = uniqueEmail('new')
     const res = await signInAt('acme', acme, person(acme, { email, email_verified: true }))
     expect(res.statusCode).toBe(302)
-    expect(res.headers.location).toBe(`${FRONTEND_URL}/`)
+    expect(res.headers.location).toBe(`${FRONTEND_URL}/?oidc=signed-in`)
     expect(cookie(res, 'oidc_flow')?.value).toBe('')
     const account = await me(sessionCookies(res))
     expect(account.email).toBe(email)
