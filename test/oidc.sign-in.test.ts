@@ -16,7 +16,7 @@ import {
   uniqueEmail,
   useMailTestApp,
 } from './helpers/accounts.ts'
-import { createTestApp, type TestApp } from './helpers/app.ts'
+import { configErrorOf, createTestApp, type TestApp, testConfig } from './helpers/app.ts'
 import { EMAIL_PROOF_CONFIG, mailedProof, PAGES, signUp, verifySignUp } from './helpers/email-proofs.ts'
 import {
   type CraftingIssuer,
@@ -599,5 +599,63 @@ describe('the second factor', () => {
     expect(events[0]?.data).toMatchObject({ method: 'oidc+otp' })
     // The waiting sign-in is spent.
     expectProblem(await complete({ otpCode: codeFor(secret) }), 400, 'OIDC_STATE_INVALID')
+  })
+})
+
+describe('the providers property', () => {
+  const providers = (issuer: string, extra: object = {}) =>
+    JSON.stringify([{ id: 'p', issuer, clientId: 'c', clientSecret: 's', ...extra }])
+
+  it('fills in the presets: Google by name, Microsoft Entra by name and xms_edov', () => {
+    const config = testConfig({
+      'platform.auth.oidc.providers': JSON.stringify([
+        { id: 'google', issuer: 'https://accounts.google.com', clientId: 'g', clientSecret: 's' },
+        {
+          id: 'ms',
+          issuer: 'https://login.microsoftonline.com/tenant/v2.0',
+          clientId: 'm',
+          clientSecret: 's',
+        },
+      ]),
+    })
+    expect(config.auth.oidc.providers).toMatchObject([
+      {
+        id: 'google',
+        name: 'Google',
+        emailVerifiedClaim: 'email_verified',
+        scopes: ['openid', 'email', 'profile'],
+      },
+      { id: 'ms', name: 'Microsoft', emailVerifiedClaim: 'xms_edov' },
+    ])
+  })
+
+  it('refuses an http issuer off loopback, and http at all outside the development and test profiles', () => {
+    expect(
+      configErrorOf(() => testConfig({ 'platform.auth.oidc.providers': providers('http://idp.example.com') }))
+        .property,
+    ).toBe('platform.auth.oidc.providers')
+    const outsideDev = configErrorOf(() =>
+      testConfig({
+        'platform.profile': 'default',
+        'platform.auth.oidc.providers': providers('http://127.0.0.1:9'),
+      }),
+    )
+    expect(outsideDev.message).toMatch(/https/)
+    expect(
+      testConfig({ 'platform.auth.oidc.providers': providers('http://127.0.0.1:9') }).auth.oidc.providers,
+    ).toHaveLength(1)
+  })
+
+  it('refuses what is not a JSON array of providers, a duplicate id and an unknown member', () => {
+    for (const text of [
+      '{',
+      '{}',
+      providers('https://a.example', { extra: 1 }),
+      `[${providers('https://a.example').slice(1, -1)},${providers('https://b.example').slice(1, -1)}]`,
+    ]) {
+      expect(configErrorOf(() => testConfig({ 'platform.auth.oidc.providers': text })).property).toBe(
+        'platform.auth.oidc.providers',
+      )
+    }
   })
 })
