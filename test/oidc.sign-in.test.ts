@@ -193,6 +193,22 @@ describe('first sign-in', () => {
     expect((await me(sessionCookies(again))).id).toBe(first.id)
   })
 
+  it('makes one account of two parallel first sign-ins with one identity', async () => {
+    const email = uniqueEmail('twice')
+    const sub = person(acme, { email, email_verified: true })
+    const flows = await Promise.all([start(t.app, 'acme'), start(t.app, 'acme')])
+    const backs: URL[] = []
+    for (const flow of flows) backs.push(await passProviderPages(flow.location.href, sub))
+    const answers = await Promise.all(
+      flows.map((flow, index) => callback(t.app, backs[index] as URL, { oidc_flow: flow.flow })),
+    )
+    expect(answers.map((res) => res.statusCode)).toEqual([302, 302])
+    const [first, second] = await Promise.all(answers.map((res) => me(sessionCookies(res))))
+    expect(second?.id).toBe(first?.id)
+    const accounts = await t.app.db.selectFrom('accounts').select('id').where('email', '=', email).execute()
+    expect(accounts).toHaveLength(1)
+  })
+
   it('refuses an unverified email: 403 OIDC_EMAIL_UNVERIFIED, nothing created', async () => {
     const email = uniqueEmail('unverified')
     const res = await signInAt('acme', acme, person(acme, { email, email_verified: false }))

@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely'
 import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
-import { inTransaction, mapUniqueViolation } from '../../db/database.ts'
+import { inTransaction, isUniqueViolation, mapUniqueViolation } from '../../db/database.ts'
 import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import { PasswordHasher } from '../../security/passwords.ts'
@@ -300,27 +300,42 @@ export class FederatedSignIns {
       return { accountId: existing.account_id, organizationId: existing.organization_id, created: false }
     }
     const kind = registry.kind(identity.ref)
-    const target = await mapUniqueViolation(
-      () =>
-        inTransaction(db, async (trx) => {
-          const decided = await kind.onIdentity(trx, identity)
-          const { row: linked } = await this.#insert(
-            trx,
-            identity,
-            decided.accountId,
-            decided.organizationId,
-            now,
-          )
-          // Two parallel first sign-ins: the identity the other one committed wins.
-          if (linked.account_id !== decided.accountId)
-            throw new AppError('SERVICE_UNAVAILABLE', 'Retry the sign-in')
-          return decided
-        }),
-      notLinked,
-      'accounts_email_key',
+    const target = await this.#afterParallelFirstSignIn(identity, () =>
+      inTransaction(db, async (trx) => {
+        const decided = await kind.onIdentity(trx, identity)
+        const { row: linked } = await this.#insert(
+          trx,
+          identity,
+          decided.accountId,
+          decided.organizationId,
+          now,
+        )
+        // Two parallel first sign-ins: the identity the other one committed wins.
+        if (linked.account_id !== decided.accountId)
+          throw new AppError('SERVICE_UNAVAILABLE', 'Retry the sign-in')
+        return decided
+      }),
     )
     if (target.created) await signUps.deliverTuples()
     return target
+  }
+
+  /**
+   * A first sign-in whose account or identity a parallel one committed meanwhile (a unique index
+   * refused ours): the identity that won signs in; an address taken without it is IDENTITY_NOT_LINKED.
+   */
+  async #afterParallelFirstSignIn(
+    identity: VerifiedIdentity,
+    work: () => Promise<SignInTarget>,
+  ): Promise<SignInTarget> {
+    try {
+      return await work()
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error
+      const won = await findIdentity(this.#deps.db, identity.issuer, identity.subject)
+      if (!won) throw notLinked()
+      return { accountId: won.account_id, organizationId: won.organization_id, created: false }
+    }
   }
 
   #insert(trx: Tx, identity: VerifiedIdentity, accountId: string, organizationId: string, now: Date) {
