@@ -363,6 +363,19 @@ describe('the ID token', () => {
     expect((await withIdToken(good)).statusCode).toBe(302)
   })
 
+  it("refuses the provider's error answer (access_denied): 401 OIDC_RESPONSE_INVALID naming it", async () => {
+    const { location, flow } = await start(t.app, 'crafted')
+    const back = new URL(REDIRECT_URI)
+    back.search = new URLSearchParams({
+      error: 'access_denied',
+      state: location.searchParams.get('state') ?? '',
+      iss: crafted.issuer,
+    }).toString()
+    const res = await callback(t.app, back, { oidc_flow: flow })
+    expectProblem(res, 401, 'OIDC_RESPONSE_INVALID')
+    expect(res.json().detail).toMatch(/access_denied/)
+  })
+
   it('refuses another nonce: 401 OIDC_RESPONSE_INVALID', async () => {
     const res = await withIdToken((nonce, now) => ({ ...good(nonce, now), nonce: 'another-nonce' }))
     expectProblem(res, 401, 'OIDC_RESPONSE_INVALID')
