@@ -129,6 +129,11 @@ export class EmailProofs {
     )
   }
 
+  /** Retires the live proofs of a purpose for an address (one proved another way meanwhile). */
+  retire(trx: Tx, purpose: EmailProofPurpose, email: string, now: Date): Promise<void> {
+    return retireEmailProofs(trx, purpose, email, null, now)
+  }
+
   /**
    * The live proof the caller gave, not yet used: by its link's token, or by the address and code.
    * A code attempt is counted before the code is compared and given back when the code is right;
