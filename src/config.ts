@@ -132,6 +132,8 @@ export const ConfigSchema = Type.Object({
     }),
     // Opt-in: email a user who signs in from a device (User-Agent) the account has not used before.
     newDeviceNotice: Type.Object({ enabled: Type.Boolean({ default: false }) }),
+    /** An organization admin acting as a member: how long one impersonation session may last at most. */
+    impersonation: Type.Object({ maxDuration: Duration('1h', { maximum: 86_400 }) }),
   }),
   datasource: Type.Object({
     url: Url(),

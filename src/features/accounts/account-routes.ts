@@ -57,6 +57,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/me',
     {
+      config: { mfaEnrolment: true },
       schema: {
         tags: ['authentication'],
         operationId: 'getCurrentUser',
@@ -77,6 +78,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
         otpRequired: app.config.auth.otp.requiredForRoles.includes(account.role),
         passkeyCount: account.passkey_count,
         sessionId: user.sessionId,
+        impersonatorId: user.impersonatorId ?? null,
       }
     },
   )
@@ -86,6 +88,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config: {
         rateLimit: [{ name: 'password-change:ip', by: 'ip', max: 'resetPerMinute', window: 'minute' }],
+        notWhileImpersonating: true,
       },
       schema: {
         tags: ['authentication'],
@@ -165,6 +168,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/otp/setup',
     {
+      config: { notWhileImpersonating: true, mfaEnrolment: true },
       schema: {
         tags: ['authentication'],
         operationId: 'setupOtp',
@@ -184,6 +188,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/otp/enable',
     {
+      config: { notWhileImpersonating: true, mfaEnrolment: true },
       schema: {
         tags: ['authentication'],
         operationId: 'enableOtp',
@@ -204,6 +209,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/otp/disable',
     {
+      config: { notWhileImpersonating: true },
       schema: {
         tags: ['authentication'],
         operationId: 'disableOtp',

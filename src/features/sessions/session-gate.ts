@@ -26,9 +26,21 @@ export class SessionGate implements RevocationListener {
   readonly #provider: SessionVersionProvider | null
   readonly #states: InvalidatedCache<SessionState>
 
-  constructor(deps: { db: Kysely<Database>; ttlMs: number; provider: SessionVersionProvider | null }) {
+  readonly #versions: boolean
+
+  /**
+   * `versions: false`: only whether the session is revoked counts (the gate of impersonation
+   * tokens when session versions are not enforced).
+   */
+  constructor(deps: {
+    db: Kysely<Database>
+    ttlMs: number
+    provider: SessionVersionProvider | null
+    versions?: boolean
+  }) {
     this.#db = deps.db
     this.#provider = deps.provider
+    this.#versions = deps.versions ?? true
     this.#states = new InvalidatedCache({ max: 50_000, ttl: deps.ttlMs })
   }
 
@@ -41,6 +53,7 @@ export class SessionGate implements RevocationListener {
       return { userId: row.user_id, revoked: row.revoked || gone, version: row.session_version }
     })
     if (state.revoked || state.userId !== claims.sub) return false
+    if (!this.#versions) return true
     const version = this.#provider ? await this.#provider.currentVersion(claims.sub) : state.version
     return version === null || version === claims.ver
   }
