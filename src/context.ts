@@ -50,7 +50,11 @@ export function enterTenantContext(context: TenantContext, fn: () => void): void
 export function currentRequestOrigin(): RequestOrigin | null {
   const request = storage.getStore()?.request
   if (!request) return null
-  const origin = { ipAddress: request.ip, userAgent: request.headers['user-agent'] ?? null, requestId: request.id }
+  const origin = {
+    ipAddress: request.ip,
+    userAgent: request.headers['user-agent'] ?? null,
+    requestId: request.id,
+  }
   const { userId, impersonatorId } = request.principal ?? {}
   return userId && impersonatorId ? { ...origin, impersonation: { userId, impersonatorId } } : origin
 }

@@ -44,7 +44,8 @@ const start = (session: Session | null, targetId: string, body: object = { reaso
   asUser(t.app, session, { method: 'POST', url: `/api/users/${targetId}/impersonation`, payload: body })
 const stop = (app: FastifyInstance, session: Session) =>
   asUser(app, session, { method: 'DELETE', url: '/api/impersonation' })
-const me = (app: FastifyInstance, session: Session) => asUser(app, session, { method: 'GET', url: '/api/auth/me' })
+const me = (app: FastifyInstance, session: Session) =>
+  asUser(app, session, { method: 'GET', url: '/api/auth/me' })
 
 const claimsOf = (access: string) =>
   JSON.parse(Buffer.from(access.split('.')[1] ?? '', 'base64url').toString('utf8')) as Record<string, unknown>
@@ -75,7 +76,11 @@ describe('starting an impersonation', () => {
 
     const principal = await me(t.app, as)
     expect(principal.statusCode).toBe(200)
-    expect(principal.json()).toMatchObject({ userId: member.id, impersonatorId: admin.id, sessionId: as.sessionId })
+    expect(principal.json()).toMatchObject({
+      userId: member.id,
+      impersonatorId: admin.id,
+      sessionId: as.sessionId,
+    })
     expect((await me(t.app, own)).json().impersonatorId).toBeNull()
 
     // The member's session list shows the impersonation, and who holds it.
@@ -118,7 +123,10 @@ describe('starting an impersonation', () => {
     const otherAdmin = await newUser(t.app, { organizationId, role: 'admin' })
     expectProblem(await start(own, otherAdmin.id), 403, 'IMPERSONATION_FORBIDDEN')
     const leaver = await newUser(t.app, { organizationId })
-    const deactivated = await asUser(t.app, own, { method: 'POST', url: `/api/users/${leaver.id}/deactivate` })
+    const deactivated = await asUser(t.app, own, {
+      method: 'POST',
+      url: `/api/users/${leaver.id}/deactivate`,
+    })
     expect(deactivated.statusCode).toBe(200)
     expectProblem(await start(own, leaver.id), 403, 'IMPERSONATION_FORBIDDEN')
     const stranger = await newUser(t.app)
@@ -194,7 +202,10 @@ describe('while impersonating', () => {
   it('records what the impersonation session changes as the admin’s, on the member’s behalf', async () => {
     const memberOwn = await signIn(t.app, member)
     const { as } = await impersonating()
-    const revoked = await asUser(t.app, as, { method: 'DELETE', url: `/api/auth/sessions/${memberOwn.sessionId}` })
+    const revoked = await asUser(t.app, as, {
+      method: 'DELETE',
+      url: `/api/auth/sessions/${memberOwn.sessionId}`,
+    })
     expect(revoked.statusCode).toBe(204)
     const event = (await events('session.revoked')).find((e) => e.subject_id === memberOwn.sessionId)
     expect(event).toMatchObject({
@@ -261,7 +272,7 @@ describe('stopping', () => {
       await pollUntil(
         'B refusing the stopped impersonation',
         async () => {
-          const status = (await me(onB, as) as LightMyRequestResponse).statusCode
+          const status = ((await me(onB, as)) as LightMyRequestResponse).statusCode
           seen.add(status)
           return status === 401
         },

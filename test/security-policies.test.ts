@@ -14,8 +14,8 @@ import {
   signIn,
 } from './helpers/accounts.ts'
 import { createTestApp, type TestApp, useTestApp } from './helpers/app.ts'
-import { pollUntil } from './helpers/poll.ts'
 import { newApiKey, protectedTestRoutes, type TestApiKey } from './helpers/machines.ts'
+import { pollUntil } from './helpers/poll.ts'
 
 // An organization's security policies (`security.*` configuration keys), from outside: each value
 // checked when written, each policy enforced on the next request, and lifted again when removed.
@@ -52,11 +52,21 @@ const put = (key: string, value: string, options: { ip?: string; confirm?: boole
     options.ip,
   )
 const remove = (key: string, ip?: string) =>
-  as(t.app, admin.session, { method: 'DELETE', url: `/api/organizations/${organizationId}/config/${key}` }, ip)
+  as(
+    t.app,
+    admin.session,
+    { method: 'DELETE', url: `/api/organizations/${organizationId}/config/${key}` },
+    ip,
+  )
 const sessions = (session: Session, ip?: string, app = t.app) =>
   as(app, session, { method: 'GET', url: '/api/auth/sessions' }, ip)
 const scoped = (key: TestApiKey, ip?: string, app = t.app) =>
-  app.inject({ method: 'GET', url: '/api/test/scoped', headers: key.headers, ...(ip ? { remoteAddress: ip } : {}) })
+  app.inject({
+    method: 'GET',
+    url: '/api/test/scoped',
+    headers: key.headers,
+    ...(ip ? { remoteAddress: ip } : {}),
+  })
 
 describe('writing a policy', () => {
   it('refuses a bad value of each key, and an unknown security key, with 400', async () => {
@@ -82,7 +92,10 @@ describe('writing a policy', () => {
     }
     // Nothing was stored, and keys outside `security.` stay free-form.
     expect((await put('theme', 'anything at all')).statusCode).toBe(200)
-    const listed = await as(t.app, admin.session, { method: 'GET', url: `/api/organizations/${organizationId}/config` })
+    const listed = await as(t.app, admin.session, {
+      method: 'GET',
+      url: `/api/organizations/${organizationId}/config`,
+    })
     expect((listed.json().items as { key: string }[]).map((entry) => entry.key)).toEqual(['theme'])
   })
 
@@ -95,7 +108,10 @@ describe('writing a policy', () => {
       .where('type', '=', 'organization_config.changed')
       .orderBy('sequence', 'desc')
       .executeTakeFirstOrThrow()
-    expect(event).toEqual({ actor_id: admin.user.id, data: { key: 'security.session-max-age', change: 'set' } })
+    expect(event).toEqual({
+      actor_id: admin.user.id,
+      data: { key: 'security.session-max-age', change: 'set' },
+    })
     expect((await remove('security.session-max-age')).statusCode).toBe(204)
   })
 })
@@ -126,7 +142,9 @@ describe('security.ip-allowlist', () => {
   it("refuses a list without the writer's own address unless confirmed", async () => {
     expectProblem(await put('security.ip-allowlist', '10.0.0.0/8, 2001:db8::/32'), 409, 'IP_NOT_ALLOWED')
     expect((await sessions(member)).statusCode).toBe(200)
-    expect((await put('security.ip-allowlist', '10.0.0.0/8, 2001:db8::/32', { ip: OFFICE })).statusCode).toBe(200)
+    expect((await put('security.ip-allowlist', '10.0.0.0/8, 2001:db8::/32', { ip: OFFICE })).statusCode).toBe(
+      200,
+    )
   })
 
   it("refuses the organization's users and API keys from elsewhere, on the next request", async () => {

@@ -35,8 +35,13 @@ import { ApiKeys, lastUseFlush, ServiceAccounts } from './machine-principals/ind
 import { OrganizationConfig } from './organizations/index.ts'
 import { OutboxStatus } from './outbox-status/index.ts'
 import { PasskeyService } from './passkeys/index.ts'
-import { SECURITY_KEY_PREFIX, SECURITY_KEY_RULES, SecurityPolicies, hasSecondFactor } from './security-policies/index.ts'
 import { createPurchaseRequests, type PurchaseRequests } from './purchase-requests/index.ts'
+import {
+  hasSecondFactor,
+  SECURITY_KEY_PREFIX,
+  SECURITY_KEY_RULES,
+  SecurityPolicies,
+} from './security-policies/index.ts'
 import {
   AccountAuthenticator,
   accountSessionVersions,

@@ -161,7 +161,8 @@ export class AccessTokens {
     if (typeof ver !== 'number' || !Number.isInteger(ver)) return null
     if (p.act === undefined) return { sub, sid, org, ver }
     const act = p.act as { sub?: unknown } | null
-    if (typeof act !== 'object' || act === null || typeof act.sub !== 'string' || !isUuid(act.sub)) return null
+    if (typeof act !== 'object' || act === null || typeof act.sub !== 'string' || !isUuid(act.sub))
+      return null
     return { sub, sid, org, ver, act: { sub: act.sub } }
   }
 

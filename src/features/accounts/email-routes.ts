@@ -2,8 +2,8 @@
 // same account.
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { refuseWhileImpersonating } from '../../http/auth.ts'
 import { problemResponses } from '../../errors.ts'
+import { refuseWhileImpersonating } from '../../http/auth.ts'
 import { requireUser } from '../../principal.ts'
 import { EmailAddress } from './schemas.ts'
 

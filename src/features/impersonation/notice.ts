@@ -24,7 +24,9 @@ export const impersonationStartedTemplate: MailTemplate<ImpersonationNotice> = {
       '',
       `It ends when they stop, and at ${d.until} at the latest. Everything they do is recorded in your organization's audit trail under their name.`,
     ].join('\n'),
-  body: (d) => html`<p>${d.adminEmail}, an administrator of your organization, started to use the service as you.</p>
+  body: (
+    d,
+  ) => html`<p>${d.adminEmail}, an administrator of your organization, started to use the service as you.</p>
 <p>Reason given: ${d.reason}</p>
 <p>It ends when they stop, and at ${d.until} at the latest. Everything they do is recorded in your organization's audit trail under their name.</p>`,
 }

@@ -27,7 +27,8 @@ const impersonationRoutes: FastifyPluginAsyncTypebox = async (app) => {
       schema: {
         tags: ['users'],
         operationId: 'startImpersonation',
-        summary: "Act as an active member of the admin's organization; sets the impersonation session's cookies",
+        summary:
+          "Act as an active member of the admin's organization; sets the impersonation session's cookies",
         description:
           'Never oneself, another admin, an inactive member or while impersonating (403 ' +
           'IMPERSONATION_FORBIDDEN). An admin with a second factor gives otpCode or passkey unless the ' +
@@ -61,7 +62,8 @@ const impersonationRoutes: FastifyPluginAsyncTypebox = async (app) => {
       schema: {
         tags: ['authentication'],
         operationId: 'stopImpersonation',
-        summary: "Stop impersonating: the session is revoked on every instance and the admin's own session is back",
+        summary:
+          "Stop impersonating: the session is revoked on every instance and the admin's own session is back",
         description:
           "200 with the admin's own session and its cookies; 204 with the cookies cleared when that session " +
           'has ended meanwhile (sign in again). 404 when the caller is not impersonating.',

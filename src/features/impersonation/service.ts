@@ -122,7 +122,12 @@ export class Impersonation {
     const own = await findOwnAccount(db, tenantScope(), admin.id)
     if (!own || (!own.otp_enabled && own.passkey_count === 0)) return
     if (given.otpCode === undefined && given.passkey === undefined) {
-      if (await sessions.signedInWithSecondFactorSince(caller.sessionId, clock.now().getTime() - RECENT_PROOF_MS))
+      if (
+        await sessions.signedInWithSecondFactorSince(
+          caller.sessionId,
+          clock.now().getTime() - RECENT_PROOF_MS,
+        )
+      )
         return
       throw new AppError('OTP_REQUIRED', 'Confirm with your one-time password or a passkey first', {
         status: 403,

@@ -2,7 +2,7 @@
 // required of its members, the longest a session may be refreshed, the addresses its users and API
 // keys may call from. Written through the organization configuration; enforced by the auth plugin
 // (src/http/auth.ts) and the session refresh.
-export { hasSecondFactor } from './repository.ts'
+
 export {
   allows,
   type PolicyRoute,
@@ -11,3 +11,4 @@ export {
   SECURITY_KEY_RULES,
   SecurityPolicies,
 } from './policies.ts'
+export { hasSecondFactor } from './repository.ts'

@@ -38,13 +38,15 @@ function plainAddress(ip: string): string {
 export function parseAllowlist(value: string): BlockList | string {
   const list = new BlockList()
   const items = value.split(',').map((item) => item.trim())
-  if (items.length === 0 || items.some((item) => item === '')) return 'must be a comma-separated list of CIDRs'
+  if (items.length === 0 || items.some((item) => item === ''))
+    return 'must be a comma-separated list of CIDRs'
   for (const item of items) {
     const [address = '', prefixText, extra] = item.split('/')
     const family = isIPv4(address) ? 'ipv4' : isIPv6(address) ? 'ipv6' : null
     const max = family === 'ipv4' ? 32 : 128
     const prefix = prefixText === undefined ? max : /^\d{1,3}$/.test(prefixText) ? Number(prefixText) : -1
-    if (!family || extra !== undefined || prefix < 0 || prefix > max) return `${item} is not an IPv4 or IPv6 CIDR`
+    if (!family || extra !== undefined || prefix < 0 || prefix > max)
+      return `${item} is not an IPv4 or IPv6 CIDR`
     list.addSubnet(address, prefix, family)
   }
   return list
@@ -162,7 +164,7 @@ export class SecurityPolicies implements RevocationListener {
     const policy = await this.#policy(principal.organizationId)
     if (policy === NO_POLICY) return
     if (policy.allowlist && !allows(policy.allowlist, ip))
-      throw new AppError('IP_NOT_ALLOWED', "Your organization does not allow requests from this address")
+      throw new AppError('IP_NOT_ALLOWED', 'Your organization does not allow requests from this address')
     if (
       policy.mfaFrom !== null &&
       principal.type === 'USER' &&

@@ -20,7 +20,9 @@ export async function hasSecondFactor(db: Executor, userId: string): Promise<boo
     .select((eb) => [
       'accounts.otp_enabled',
       eb
-        .exists(eb.selectFrom('passkeys').select('passkeys.id').whereRef('passkeys.account_id', '=', 'accounts.id'))
+        .exists(
+          eb.selectFrom('passkeys').select('passkeys.id').whereRef('passkeys.account_id', '=', 'accounts.id'),
+        )
         .as('has_passkey'),
     ])
     .where('accounts.id', '=', userId)

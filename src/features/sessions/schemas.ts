@@ -98,7 +98,8 @@ export const SessionItem = Type.Object(
     }),
     current: Type.Boolean({ description: 'True for the session of the calling access token' }),
     impersonatorId: Type.Union([Uuid, Type.Null()], {
-      description: 'The organization admin holding this session as the user (impersonation); null for your own',
+      description:
+        'The organization admin holding this session as the user (impersonation); null for your own',
     }),
   },
   { $id: 'SessionItem', title: 'SessionItem', description: 'An active session of the signed-in user' },

@@ -15,9 +15,9 @@ import {
   findSession,
   insertSessionWithRefreshToken,
   listActiveSessions,
+  retireRefreshTokens,
   revokeSessions,
   rotateRefreshToken,
-  retireRefreshTokens,
   rotateWithinGrace,
   type SessionRow,
 } from './repository.ts'
@@ -124,7 +124,10 @@ export class SessionService {
     const claims = { sub: session.user_id, sid: session.id, org: session.organization_id, ver: version }
     // An impersonation session's tokens name the admin acting (`act`) and never outlive the session.
     if (!session.impersonator_id) return this.#deps.tokens.issueUserToken(claims)
-    return this.#deps.tokens.issueUserToken({ ...claims, act: { sub: session.impersonator_id } }, session.expires_at)
+    return this.#deps.tokens.issueUserToken(
+      { ...claims, act: { sub: session.impersonator_id } },
+      session.expires_at,
+    )
   }
 
   async start(
@@ -214,9 +217,11 @@ export class SessionService {
    * pending session to issue, or null when the admin must sign in again. 404 when the session is
    * not an impersonation one (or has ended already).
    */
-  async stopImpersonation(
-    user: { userId: string; sessionId: string; impersonatorId?: string | undefined },
-  ): Promise<{ session: SessionRow; restored: PendingSession | null }> {
+  async stopImpersonation(user: {
+    userId: string
+    sessionId: string
+    impersonatorId?: string | undefined
+  }): Promise<{ session: SessionRow; restored: PendingSession | null }> {
     const { db, clock, config } = this.#deps
     const now = clock.now()
     return inTransaction(db, async (trx) => {
@@ -235,12 +240,20 @@ export class SessionService {
       const own = impersonation.impersonator_session_id
         ? await findSession(trx, impersonation.impersonator_session_id)
         : undefined
-      if (!own || own.revoked_at || own.expires_at.getTime() <= now.getTime() || own.user_id !== user.impersonatorId)
+      if (
+        !own ||
+        own.revoked_at ||
+        own.expires_at.getTime() <= now.getTime() ||
+        own.user_id !== user.impersonatorId
+      )
         return { session: impersonation, restored: null }
       const refresh = newOpaqueToken()
       const expiresAt = earliest(addSeconds(now, config.auth.refreshToken.ttl), own.expires_at)
       await addRefreshToken(trx, { sessionId: own.id, tokenHash: refresh.hash, now, expiresAt })
-      return { session: impersonation, restored: { session: own, refreshToken: { raw: refresh.raw, expiresAt } } }
+      return {
+        session: impersonation,
+        restored: { session: own, refreshToken: { raw: refresh.raw, expiresAt } },
+      }
     })
   }
 
