@@ -354,6 +354,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     async start() {
       lastUse.start()
       stopFollowingConfig = await orgConfig.followChanges(ports.database.listen, log)
+      // Every organization's security policies, before the first request needs one.
+      await securityPolicies.loadAll()
       unlistenRevocations = await listenForRevocations(ports.database.listen, revocationListeners, log)
     },
     async stop() {

@@ -3,7 +3,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses } from '../../errors.ts'
-import { refuseWhileImpersonating } from '../../http/auth.ts'
+import { refuseWhileImpersonating } from '../../http/impersonation.ts'
 import { requireUser } from '../../principal.ts'
 import { EmailAddress } from './schemas.ts'
 

@@ -4,8 +4,8 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Static } from '@sinclair/typebox'
 import { problemResponses } from '../../errors.ts'
-import { refuseWhileImpersonating } from '../../http/auth.ts'
 import { idempotentCreate } from '../../http/idempotency.ts'
+import { refuseWhileImpersonating } from '../../http/impersonation.ts'
 import { requireUser } from '../../principal.ts'
 import { UserCursor, type UserItemRow } from './repository.ts'
 import {

@@ -7,14 +7,16 @@ import { AppError } from '../../errors.ts'
 import type { Principal } from '../../principal.ts'
 import type { Revocation, RevocationListener } from '../../security/revocation.ts'
 import type { ConfigKeyRule, ConfigWriteContext } from '../organizations/index.ts'
-import { listSecurityEntries } from './repository.ts'
+import { listAllSecurityEntries, listSecurityEntries, type SecurityEntry } from './repository.ts'
 
 // An organization's security policies: organization configuration entries under `security.`,
 // validated when written (SECURITY_KEY_RULES) and enforced on its users' and API keys' requests.
 // What a request needs (the parsed policy of its organization, whether its user has a second
-// factor) is cached: an organization's policy until its configuration changes (the change is
-// pushed to every instance), a user's second factor until a revocation names the user or the
-// revocation fallback TTL passes. No request of an organization without policies reads anything.
+// factor) is held in memory: every organization's policy is read in one statement at start (and
+// again when configuration notifications resume), and an organization's is read again on its next
+// request after a change to its configuration (pushed to every instance); a user's second factor
+// is kept until a revocation names the user or the revocation fallback TTL passes. While the
+// notifications are down every request reads its organization's policy.
 
 type PolicyWriteContext = ConfigWriteContext
 
@@ -104,7 +106,7 @@ interface Policy {
 
 const NO_POLICY: Policy = { mfaFrom: null, sessionMaxAge: null, allowlist: null }
 
-function policyOf(entries: { key: string; value: string; updated_at: Date }[]): Policy {
+function policyOf(entries: readonly SecurityEntry[]): Policy {
   const value = (key: string) => entries.find((entry) => entry.key === key)
   const mfa = value('security.mfa-required')
   const grace = value('security.mfa-grace')
@@ -140,7 +142,15 @@ export interface PolicyRoute {
 
 export class SecurityPolicies implements RevocationListener {
   readonly #deps: SecurityPoliciesDeps
-  readonly #policies = new InvalidatedCache<Policy>({ max: 10_000 })
+  /** The organizations that have a policy; complete while `#complete`, except the `#stale` ones. */
+  #policies = new Map<string, Policy>()
+  #complete = false
+  readonly #stale = new Set<string>()
+  /** Counts changes: a read that saw a change happen meanwhile is used once but not kept. */
+  #changes = 0
+  /** Counts the times notifications stopped or resumed: a full read from before one is dropped. */
+  #resets = 0
+  #loadingAll: Promise<void> | null = null
   readonly #factors: InvalidatedCache<{ has: true }>
 
   constructor(deps: SecurityPoliciesDeps) {
@@ -148,10 +158,48 @@ export class SecurityPolicies implements RevocationListener {
     this.#factors = new InvalidatedCache({ max: 50_000, ttl: deps.ttlMs })
   }
 
+  /** Reads every organization's policy (at start, and when notifications resume). */
+  loadAll(): Promise<void> {
+    this.#loadingAll ??= (async () => {
+      const resets = this.#resets
+      try {
+        const entries = await listAllSecurityEntries(this.#deps.db)
+        const byOrganization = new Map<string, SecurityEntry[]>()
+        for (const entry of entries) {
+          const list = byOrganization.get(entry.organization_id) ?? []
+          list.push(entry)
+          byOrganization.set(entry.organization_id, list)
+        }
+        const policies = new Map<string, Policy>()
+        for (const [organizationId, list] of byOrganization) {
+          const policy = policyOf(list)
+          if (policy !== NO_POLICY) policies.set(organizationId, policy)
+        }
+        // Organizations changed meanwhile are stale and are read again on their next request.
+        if (this.#deps.listening() && resets === this.#resets) {
+          this.#policies = policies
+          this.#complete = true
+        }
+      } finally {
+        this.#loadingAll = null
+      }
+      // Notifications stopped or resumed during the read: read again.
+      if (resets !== this.#resets && this.#deps.listening()) await this.loadAll()
+    })()
+    return this.#loadingAll
+  }
+
   async #policy(organizationId: string): Promise<Policy> {
-    const load = async () => policyOf(await listSecurityEntries(this.#deps.db, organizationId))
-    if (!this.#deps.listening()) return load()
-    return this.#policies.load(organizationId, load)
+    if (this.#complete && this.#deps.listening() && !this.#stale.has(organizationId))
+      return this.#policies.get(organizationId) ?? NO_POLICY
+    const changes = this.#changes
+    const policy = policyOf(await listSecurityEntries(this.#deps.db, organizationId))
+    if (this.#complete && this.#deps.listening() && changes === this.#changes) {
+      if (policy === NO_POLICY) this.#policies.delete(organizationId)
+      else this.#policies.set(organizationId, policy)
+      this.#stale.delete(organizationId)
+    }
+    return policy
   }
 
   /**
@@ -195,8 +243,17 @@ export class SecurityPolicies implements RevocationListener {
 
   /** Drops an organization's policy (null: every organization's) after its configuration changed. */
   configurationChanged(organizationId: string | null): void {
-    if (organizationId === null) this.#policies.clear()
-    else this.#policies.delete(organizationId)
+    this.#changes++
+    if (organizationId !== null) {
+      this.#stale.add(organizationId)
+      return
+    }
+    // Notifications stopped or resumed: nothing held can be trusted.
+    this.#resets++
+    this.#complete = false
+    this.#stale.clear()
+    this.#policies = new Map()
+    if (this.#deps.listening()) this.loadAll().catch(() => {})
   }
 
   revoked(revocation: Revocation): void {

@@ -1,13 +1,26 @@
 import type { Executor } from '../../db/schema.ts'
 
-/** An organization's `security.*` configuration entries. */
-export function listSecurityEntries(
-  db: Executor,
-  organizationId: string,
-): Promise<{ key: string; value: string; updated_at: Date }[]> {
+export interface SecurityEntry {
+  organization_id: string
+  key: string
+  value: string
+  updated_at: Date
+}
+
+/** Every organization's `security.*` configuration entries. */
+export function listAllSecurityEntries(db: Executor): Promise<SecurityEntry[]> {
   return db
     .selectFrom('organization_config')
-    .select(['key', 'value', 'updated_at'])
+    .select(['organization_id', 'key', 'value', 'updated_at'])
+    .where('key', 'like', 'security.%')
+    .execute()
+}
+
+/** An organization's `security.*` configuration entries. */
+export function listSecurityEntries(db: Executor, organizationId: string): Promise<SecurityEntry[]> {
+  return db
+    .selectFrom('organization_config')
+    .select(['organization_id', 'key', 'value', 'updated_at'])
     .where('organization_id', '=', organizationId)
     .where('key', 'like', 'security.%')
     .execute()
