@@ -37,6 +37,7 @@ const METHODS: Record<NonNullable<Session['signInMethod']>, string> = {
   email_code: 'Emailed code',
   'email_code+otp': 'Emailed code and one-time code',
   'email_code+passkey': 'Emailed code and passkey',
+  impersonation: 'An administrator of your organization, viewing as you',
 }
 
 export function accountScreen(context: ConsoleContext): HTMLElement {
