@@ -46,7 +46,9 @@ const me = (page: Page) =>
   page.evaluate(async () => {
     const { platform } = (
       globalThis as unknown as {
-        platformConsole: { platform: { api: { GET(path: string): Promise<{ data: Record<string, unknown> }> } } }
+        platformConsole: {
+          platform: { api: { GET(path: string): Promise<{ data: Record<string, unknown> }> } }
+        }
       }
     ).platformConsole
     return (await platform.api.GET('/api/auth/me')).data
@@ -94,15 +96,16 @@ describe('the console', () => {
     await page.getByLabel('Session maximum age').fill('8h')
     await page.getByRole('button', { name: 'Save policies' }).click()
     await expect
-      .poll(async () =>
-        (
-          await t.app.db
-            .selectFrom('organization_config')
-            .select('value')
-            .where('organization_id', '=', organizationId)
-            .where('key', '=', 'security.session-max-age')
-            .executeTakeFirst()
-        )?.value,
+      .poll(
+        async () =>
+          (
+            await t.app.db
+              .selectFrom('organization_config')
+              .select('value')
+              .where('organization_id', '=', organizationId)
+              .where('key', '=', 'security.session-max-age')
+              .executeTakeFirst()
+          )?.value,
       )
       .toBe('8h')
     await context.close()

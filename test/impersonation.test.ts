@@ -241,6 +241,22 @@ describe('stopping', () => {
     expectProblem(await stop(t.app, back), 404, 'NOT_FOUND')
   })
 
+  it('ends when the admin holding it is deactivated', async () => {
+    const leaving = await newUser(t.app, { organizationId, role: 'admin' })
+    const own = await signIn(t.app, leaving)
+    const as = sessionOf(await start(own, member.id))
+    expect((await me(t.app, as)).statusCode).toBe(200)
+    const boss = await signIn(t.app, admin)
+    const res = await asUser(t.app, boss, { method: 'POST', url: `/api/users/${leaving.id}/deactivate` })
+    expect(res.statusCode).toBe(200)
+    // The deactivation's revocation, pushed to every instance, this one included.
+    await pollUntil(
+      'the deactivated admin’s impersonation refused',
+      async () => (await me(t.app, as)).statusCode === 401,
+      20_000,
+    )
+  })
+
   it('ends at the maximum duration: no refresh past it, whatever the refresh lifetime', async () => {
     const { as } = await impersonating()
     expect(Number(claimsOf(as.access).exp)).toBeLessThanOrEqual(t.clock.now().getTime() / 1000 + 3600)

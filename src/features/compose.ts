@@ -327,7 +327,16 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     serviceAccounts,
     apiKeys,
     users,
-    impersonation: new Impersonation({ audit, db, clock, sessions, secondFactor }),
+    impersonation: new Impersonation({
+      audit,
+      db,
+      clock,
+      sessions,
+      secondFactor,
+      forgetSession: (id) => {
+        for (const gate of [impersonationGate, sessionGate]) gate?.revoked({ kind: 'session', id })
+      },
+    }),
     ownAccount,
     passwordReset: extensions.passwordResetHandler ?? passwordResets,
     signUps,

@@ -25,6 +25,8 @@ export interface ImpersonationDeps {
   clock: Clock
   sessions: SessionService
   secondFactor: SecondFactorCheck
+  /** Drops a revoked session from this instance's caches at once (the others hear of it by the push). */
+  forgetSession: (sessionId: string) => void
 }
 
 const forbidden = (detail: string) => new AppError('IMPERSONATION_FORBIDDEN', detail)
@@ -142,6 +144,7 @@ export class Impersonation {
   async stop(caller: UserPrincipal): Promise<IssuedSession | null> {
     if (!caller.impersonatorId) throw new AppError('NOT_FOUND', 'No impersonation in progress')
     const { restored } = await this.#deps.sessions.stopImpersonation(caller)
+    this.#deps.forgetSession(caller.sessionId)
     return restored ? this.#deps.sessions.issue(restored) : null
   }
 }

@@ -255,17 +255,33 @@ export async function listActiveSessions(
 
 /**
  * What decides whether a session's access tokens are still accepted: its user, whether it was
- * revoked and the user's session version (null when the account is gone).
+ * revoked and the user's session version (null when the account is gone); for an impersonation
+ * session, the admin holding it and whether that account is still an active admin.
  */
 export async function findSessionState(
   db: Executor,
   sessionId: string,
-): Promise<{ user_id: string; revoked: boolean; session_version: number | null } | undefined> {
+): Promise<
+  | {
+      user_id: string
+      revoked: boolean
+      session_version: number | null
+      impersonator_id: string | null
+      impersonator_allowed: boolean
+    }
+  | undefined
+> {
   return db
     .selectFrom('sessions')
     .leftJoin('accounts', 'accounts.id', 'sessions.user_id')
-    .select(['sessions.user_id', 'accounts.session_version'])
+    .leftJoin('accounts as impersonator', 'impersonator.id', 'sessions.impersonator_id')
+    .select(['sessions.user_id', 'accounts.session_version', 'sessions.impersonator_id'])
     .select(sql<boolean>`sessions.revoked_at is not null`.as('revoked'))
+    .select(
+      sql<boolean>`(sessions.impersonator_id is null or coalesce(impersonator.active and impersonator.role = 'admin', false))`.as(
+        'impersonator_allowed',
+      ),
+    )
     .where('sessions.id', '=', sessionId)
     .executeTakeFirst()
 }

@@ -8,6 +8,8 @@ import type { SessionVersionProvider } from './session-version.ts'
 
 interface SessionState {
   userId: string
+  /** The admin holding an impersonation session, whose loss of access ends it too. */
+  impersonatorId: string | null
   revoked: boolean
   /** The account's session version, read with the session (the built-in provider). */
   version: number | null
@@ -47,10 +49,15 @@ export class SessionGate implements RevocationListener {
   async admits(claims: UserTokenClaims): Promise<boolean> {
     const state = await this.#states.load(claims.sid, async () => {
       const row = await findSessionState(this.#db, claims.sid)
-      if (!row) return { userId: '', revoked: true, version: null }
+      if (!row) return { userId: '', impersonatorId: null, revoked: true, version: null }
       // With the built-in provider a session whose account is gone is over.
       const gone = this.#provider === null && row.session_version === null
-      return { userId: row.user_id, revoked: row.revoked || gone, version: row.session_version }
+      return {
+        userId: row.user_id,
+        impersonatorId: row.impersonator_id,
+        revoked: row.revoked || gone || !row.impersonator_allowed,
+        version: row.session_version,
+      }
     })
     if (state.revoked || state.userId !== claims.sub) return false
     if (!this.#versions) return true
@@ -66,7 +73,10 @@ export class SessionGate implements RevocationListener {
 
   revoked(revocation: Revocation): void {
     if (revocation.kind === 'session') this.#states.delete(revocation.id)
-    else if (revocation.kind === 'user') this.#states.deleteWhere((state) => state.userId === revocation.id)
+    else if (revocation.kind === 'user')
+      this.#states.deleteWhere(
+        (state) => state.userId === revocation.id || state.impersonatorId === revocation.id,
+      )
   }
 
   clear(): void {
