@@ -199,7 +199,24 @@ describe('while impersonating', () => {
     expect((await asUser(t.app, as, { method: 'GET', url: '/api/auth/sessions' })).statusCode).toBe(200)
   })
 
-  it('records what the impersonation session changes as the admin’s, on the member’s behalf', async () => {
+  it('records what the impersonation session changes as the admin’s, on the member’s behalf, webhooks too', async () => {
+    // An endpoint of the organization subscribed to both events (its secret is never read here).
+    const endpoint = await t.app.db
+      .insertInto('webhook_endpoints')
+      .values({
+        organization_id: organizationId,
+        url: 'https://hooks.example.com/platform',
+        event_types: ['impersonation.started', 'session.revoked'],
+        secret: 'sealed elsewhere',
+        previous_secret: null,
+        previous_secret_expires_at: null,
+        disabled_reason: null,
+        failing_since: null,
+        created_at: t.clock.now(),
+        updated_at: t.clock.now(),
+      })
+      .returning('id')
+      .executeTakeFirstOrThrow()
     const memberOwn = await signIn(t.app, member)
     const { as } = await impersonating()
     const revoked = await asUser(t.app, as, {
@@ -214,6 +231,23 @@ describe('while impersonating', () => {
       subject_type: 'session',
       data: { reason: 'revoked_by_user', onBehalfOf: member.id },
     })
+    const messages = await t.app.db
+      .selectFrom('webhook_outbox')
+      .select(['event_type', 'payload'])
+      .where('endpoint_id', '=', endpoint.id)
+      .orderBy('created_at')
+      .execute()
+    const bodies = messages.map((m) => ({ type: m.event_type, data: JSON.parse(m.payload).data }))
+    expect(bodies.find((m) => m.type === 'impersonation.started')?.data).toMatchObject({
+      actor: { type: 'user', id: admin.id },
+      subject: { type: 'user', id: member.id },
+    })
+    expect(bodies.find((m) => m.type === 'session.revoked')?.data).toMatchObject({
+      actor: { type: 'user', id: admin.id },
+      subject: { type: 'session', id: memberOwn.sessionId },
+      data: { onBehalfOf: member.id },
+    })
+    await t.app.db.deleteFrom('webhook_endpoints').where('id', '=', endpoint.id).execute()
   })
 })
 
