@@ -1,8 +1,10 @@
 import { BlockList, isIPv4, isIPv6 } from 'node:net'
 import type { Kysely } from 'kysely'
 import { parseDuration } from '../../config.ts'
+import { runWithTenant } from '../../context.ts'
 import { InvalidatedCache } from '../../db/invalidated-cache.ts'
 import type { Database } from '../../db/schema.ts'
+import { tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
 import type { Principal } from '../../principal.ts'
 import type { Revocation, RevocationListener } from '../../security/revocation.ts'
@@ -193,7 +195,9 @@ export class SecurityPolicies implements RevocationListener {
     if (this.#complete && this.#deps.listening() && !this.#stale.has(organizationId))
       return this.#policies.get(organizationId) ?? NO_POLICY
     const changes = this.#changes
-    const policy = policyOf(await listSecurityEntries(this.#deps.db, organizationId))
+    // Read on behalf of the organization the request's principal belongs to.
+    const tenant = runWithTenant(organizationId, tenantScope)
+    const policy = policyOf(await listSecurityEntries(this.#deps.db, tenant))
     if (this.#complete && this.#deps.listening() && changes === this.#changes) {
       if (policy === NO_POLICY) this.#policies.delete(organizationId)
       else this.#policies.set(organizationId, policy)

@@ -1,4 +1,5 @@
 import type { Executor } from '../../db/schema.ts'
+import type { TenantScope } from '../../db/tenant-scope.ts'
 
 export interface SecurityEntry {
   organization_id: string
@@ -17,11 +18,11 @@ export function listAllSecurityEntries(db: Executor): Promise<SecurityEntry[]> {
 }
 
 /** An organization's `security.*` configuration entries. */
-export function listSecurityEntries(db: Executor, organizationId: string): Promise<SecurityEntry[]> {
+export function listSecurityEntries(db: Executor, tenant: TenantScope): Promise<SecurityEntry[]> {
   return db
     .selectFrom('organization_config')
     .select(['organization_id', 'key', 'value', 'updated_at'])
-    .where('organization_id', '=', organizationId)
+    .where('organization_id', '=', tenant.organizationId)
     .where('key', 'like', 'security.%')
     .execute()
 }
