@@ -23,6 +23,7 @@ export const TARGETS: readonly { file: string; keeps: (p: string) => boolean; ti
     keeps: (p) =>
       (p.startsWith('/api/auth/') && p !== '/api/auth/service-token') ||
       p.startsWith('/api/account/') ||
+      p === '/api/impersonation' ||
       p.startsWith('/api/authz/') ||
       p.startsWith('/api/storage/') ||
       p.startsWith('/api/organizations/'),

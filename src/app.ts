@@ -15,6 +15,7 @@ import accountsFeature from './features/accounts/index.ts'
 import auditEventsFeature from './features/audit-events/index.ts'
 import federationFeature from './features/federation/index.ts'
 import filesFeature from './features/files/index.ts'
+import impersonationFeature from './features/impersonation/index.ts'
 import machinePrincipalsFeature from './features/machine-principals/index.ts'
 import organizationsFeature from './features/organizations/index.ts'
 import outboxStatusFeature from './features/outbox-status/index.ts'
@@ -223,6 +224,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   // Routes.
   await app.register(sessionsFeature)
   await app.register(accountsFeature)
+  await app.register(impersonationFeature)
   await app.register(passkeysFeature)
   await app.register(permissionChecksFeature)
   await app.register(organizationsFeature)

@@ -138,6 +138,8 @@ export const ConfigSchema = Type.Object({
      * at start-up (`oidcProviders`).
      */
     oidc: Type.Object({ providers: Type.String({ default: '[]' }) }),
+    /** An organization admin acting as a member: how long one impersonation session may last at most. */
+    impersonation: Type.Object({ maxDuration: Duration('1h', { maximum: 86_400 }) }),
   }),
   datasource: Type.Object({
     url: Url(),

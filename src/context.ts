@@ -18,6 +18,12 @@ export interface OriginSource {
   readonly ip: string
   readonly id: string
   readonly headers: { readonly 'user-agent'?: string | undefined }
+  /** The request's principal: an admin impersonating a user is named by `impersonatorId`. */
+  readonly principal?: {
+    readonly type: string
+    readonly userId?: string
+    readonly impersonatorId?: string
+  } | null
 }
 
 /** Who sent the request, as the audit trail records it. */
@@ -25,6 +31,8 @@ export interface RequestOrigin {
   readonly ipAddress: string
   readonly userAgent: string | null
   readonly requestId: string
+  /** Set when an organization admin acting as a user sent the request. */
+  readonly impersonation?: { readonly userId: string; readonly impersonatorId: string }
 }
 
 const storage = new AsyncLocalStorage<TenantContext>()
@@ -41,9 +49,14 @@ export function enterTenantContext(context: TenantContext, fn: () => void): void
 /** Where the current request came from; null outside a request (the CLI, workers). */
 export function currentRequestOrigin(): RequestOrigin | null {
   const request = storage.getStore()?.request
-  return request
-    ? { ipAddress: request.ip, userAgent: request.headers['user-agent'] ?? null, requestId: request.id }
-    : null
+  if (!request) return null
+  const origin = {
+    ipAddress: request.ip,
+    userAgent: request.headers['user-agent'] ?? null,
+    requestId: request.id,
+  }
+  const { userId, impersonatorId } = request.principal ?? {}
+  return userId && impersonatorId ? { ...origin, impersonation: { userId, impersonatorId } } : origin
 }
 
 export function currentTenant(): string | null {

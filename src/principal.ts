@@ -9,6 +9,8 @@ export interface UserPrincipal {
   readonly userId: string
   readonly organizationId: string
   readonly sessionId: string
+  /** The organization admin acting as this user (impersonation: the token's `act.sub`); absent otherwise. */
+  readonly impersonatorId?: string
 }
 
 export interface ServiceAccountPrincipal {

@@ -183,6 +183,7 @@ describe('GET /api/auth/me', () => {
       otpRequired: false,
       passkeyCount: 2,
       sessionId: member.session.sessionId,
+      impersonatorId: null,
     })
     expect((await me(admin.session)).json()).toMatchObject({
       userId: admin.user.id,

@@ -39,6 +39,7 @@ const INFRASTRUCTURE = [
 const ROUTE_HTTP_FILES = [
   'src/http/rate-limit.ts', // `rateLimit` rules and the refresh's `statementLimits`
   'src/http/idempotency.ts', // `idempotentCreate`, for routes marked `idempotent`
+  'src/http/impersonation.ts', // `refuseWhileImpersonating`, for a feature's credentials or administration
 ]
 
 type Room =

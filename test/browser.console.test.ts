@@ -228,6 +228,7 @@ describe('the console in Chromium', () => {
       'API keys',
       'Webhooks',
       'Audit events',
+      'Security policies',
       'Configuration',
       'Outbox',
     ])

@@ -70,6 +70,8 @@ const CROSS_TENANT: Record<string, string> = {
     'a key principal re-checked by its own id, and an operator’s revoke by id (the CLI), which then revokes in the key’s organization',
   'src/features/machine-principals/repository.ts#recordApiKeyUse':
     "the last-use flush writes the batch gathered from every organization's requests",
+  'src/features/security-policies/repository.ts#listAllSecurityEntries':
+    "each instance reads every organization's security policies at start, before any request names one",
   'src/features/purchase-requests/repository.ts#purchaseRequestExistsOutside':
     "tells another organization's request (403) from an unknown id (404); reads no column of the row",
 }

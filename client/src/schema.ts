@@ -608,6 +608,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/impersonation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Stop impersonating: the session is revoked on every instance and the admin's own session is back
+         * @description 200 with the admin's own session and its cookies; 204 with the cookies cleared when that session has ended meanwhile (sign in again). 404 when the caller is not impersonating.
+         */
+        delete: operations["stopImpersonation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/organizations/{orgId}/config": {
         parameters: {
             query?: never;
@@ -633,7 +653,10 @@ export interface paths {
             cookie?: never;
         };
         get?: never;
-        /** Store a configuration value (created or replaced); it applies at once; needs organization admin */
+        /**
+         * Store a configuration value (created or replaced); it applies at once; needs organization admin
+         * @description Keys under `security.` are typed: an unknown one or an invalid value is 400. `security.ip-allowlist` leaving out the address of the request is 409 IP_NOT_ALLOWED unless the request says `?confirm=true`.
+         */
         put: operations["putOrganizationConfig"];
         post?: never;
         /** Remove a configuration value (204 also when it was not set); needs organization admin */
@@ -751,6 +774,8 @@ export interface components {
          */
         CurrentUser: {
             email: string;
+            /** @description The organization admin acting as this user in this session (impersonation); null otherwise */
+            impersonatorId: string | null;
             /** Format: uuid */
             organizationId: string;
             organizationName: string;
@@ -1159,7 +1184,7 @@ export interface components {
              * @example NOT_FOUND
              * @enum {string}
              */
-            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "EMAIL_PROOF_INVALID" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "WEBHOOK_LIMIT_REACHED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OIDC_STATE_INVALID" | "OIDC_RESPONSE_INVALID" | "OIDC_EMAIL_UNVERIFIED" | "SIGN_UP_DISABLED" | "REAUTHENTICATION_REQUIRED" | "IDENTITY_NOT_LINKED" | "IDENTITY_ALREADY_LINKED" | "LAST_SIGN_IN_METHOD";
+            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "EMAIL_PROOF_INVALID" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "IMPERSONATION_FORBIDDEN" | "MFA_ENROLLMENT_REQUIRED" | "IP_NOT_ALLOWED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "WEBHOOK_LIMIT_REACHED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OIDC_STATE_INVALID" | "OIDC_RESPONSE_INVALID" | "OIDC_EMAIL_UNVERIFIED" | "SIGN_UP_DISABLED" | "REAUTHENTICATION_REQUIRED" | "IDENTITY_NOT_LINKED" | "IDENTITY_ALREADY_LINKED" | "LAST_SIGN_IN_METHOD";
             detail?: string;
             /** @description Present on VALIDATION_FAILED: one entry per invalid value */
             errors?: {
@@ -1192,13 +1217,15 @@ export interface components {
             current: boolean;
             /** Format: date-time */
             expiresAt: string;
+            /** @description The organization admin holding this session as the user (impersonation); null for your own */
+            impersonatorId: string | null;
             ipAddress: string | null;
             /** Format: date-time */
             lastUsedAt: string;
             /** Format: uuid */
             sessionId: string;
             /** @description The factors the session was signed in with; null for sessions older than this field */
-            signInMethod: "password" | "password+otp" | "password+passkey" | "passkey" | "email_link" | "email_link+otp" | "email_link+passkey" | "email_code" | "email_code+otp" | "email_code+passkey" | "oidc" | "oidc+otp" | "oidc+passkey" | null;
+            signInMethod: "password" | "password+otp" | "password+passkey" | "passkey" | "email_link" | "email_link+otp" | "email_link+passkey" | "email_code" | "email_code+otp" | "email_code+passkey" | "oidc" | "oidc+otp" | "oidc+passkey" | "impersonation" | null;
             userAgent: string | null;
         };
         /**
@@ -4583,6 +4610,116 @@ export interface operations {
             };
         };
     };
+    stopImpersonation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Who is signed in; the tokens travel only in httpOnly cookies */
+            200: {
+                headers: {
+                    /** @description The httpOnly access-token cookie (path /) and refresh-token cookie (path /api/auth), SameSite and Secure as configured (platform.auth.cookie.*) */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionResponse"];
+                };
+            };
+            /** @description Stopped; the admin's own session has ended, so both cookies are cleared */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     listOrganizationConfig: {
         parameters: {
             query?: never;
@@ -4661,7 +4798,10 @@ export interface operations {
     };
     putOrganizationConfig: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Store a value its key refuses for the request writing it (an IP allowlist that leaves out your address) */
+                confirm?: boolean;
+            };
             header?: never;
             path: {
                 /**
@@ -4709,6 +4849,15 @@ export interface operations {
             };
             /** @description Not allowed */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the current state */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

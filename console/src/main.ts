@@ -2,6 +2,7 @@ import createClient from 'openapi-fetch'
 import { createPlatformClient, type SessionState, unwrap } from '../../client/src/index.ts'
 import type { ConsoleContext, Me, Screen } from './context.ts'
 import { badge, describeError, fill, guard, h, notify, screen, tickRelativeTimes } from './dom.ts'
+import { showImpersonation } from './impersonation.ts'
 import { type Link, type LinkHost, linkAt, linkPage } from './link-pages.ts'
 import type { paths as ResourcePaths } from './resources.schema.ts'
 import { accountScreen } from './screens/account.ts'
@@ -10,6 +11,7 @@ import { auditScreen } from './screens/audit.ts'
 import { configurationScreen } from './screens/configuration.ts'
 import { outboxScreen } from './screens/outbox.ts'
 import { purchaseRequestScreen, purchaseRequestsScreen } from './screens/purchase-requests.ts'
+import { securityScreen } from './screens/security.ts'
 import { usersScreen } from './screens/users.ts'
 import { webhookScreen, webhooksScreen } from './screens/webhooks.ts'
 import { setUpSignIn } from './sign-in.ts'
@@ -48,6 +50,7 @@ const ROUTES: Route[] = [
   { name: 'api-keys', label: 'API keys', screen: apiKeysScreen, admin: true },
   { name: 'webhooks', label: 'Webhooks', screen: webhooksScreen, detail: webhookScreen, admin: true },
   { name: 'audit', label: 'Audit events', screen: auditScreen, admin: true },
+  { name: 'security', label: 'Security policies', screen: securityScreen, admin: true },
   { name: 'configuration', label: 'Configuration', screen: configurationScreen, admin: true },
   { name: 'outbox', label: 'Outbox', screen: outboxScreen, admin: true },
 ]
@@ -206,6 +209,8 @@ async function enter() {
     },
   }
   showWho(me)
+  // While an admin views the console as a member: the banner with the way back, above every screen.
+  showImpersonation(byId('impersonation'), context, byId('error'))
   buildNav(context)
   route({ focus: false })
 }
@@ -222,6 +227,7 @@ function leave(state: SessionState) {
   byId('app').hidden = true
   // Nothing of the signed-in screens stays in the page.
   byId('app').replaceChildren()
+  showImpersonation(byId('impersonation'), undefined, byId('error'))
   byId('nav').replaceChildren()
   byId('nav').hidden = true
   byId('menu-toggle').hidden = true

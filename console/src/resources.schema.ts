@@ -258,6 +258,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/users/{id}/impersonation": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Act as an active member of the admin's organization; sets the impersonation session's cookies
+         * @description Never oneself, another admin, an inactive member or while impersonating (403 IMPERSONATION_FORBIDDEN). An admin with a second factor gives otpCode or passkey unless the session signed in with one less than 5 minutes ago (403 OTP_REQUIRED, 403 INVALID_OTP). The session lasts at most platform.auth.impersonation.max-duration; its tokens carry act.sub, the admin's id.
+         */
+        post: operations["startImpersonation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/users/{id}/reactivate": {
         parameters: {
             query?: never;
@@ -646,6 +666,32 @@ export interface components {
             /** @description Waiting for delivery: due, or backing off after a failure */
             pending: number;
         };
+        /** PasskeyAssertion */
+        PasskeyAssertion: {
+            /** Format: uuid */
+            challengeId: string;
+            response: components["schemas"]["PasskeyAuthenticationResponse"];
+        };
+        /**
+         * PasskeyAuthenticationResponse
+         * @description The authenticator assertion (WebAuthn AuthenticationResponseJSON)
+         */
+        PasskeyAuthenticationResponse: {
+            authenticatorAttachment?: "platform" | "cross-platform";
+            clientExtensionResults: {
+                [key: string]: unknown;
+            };
+            id: string;
+            rawId: string;
+            response: {
+                authenticatorData: string;
+                clientDataJSON: string;
+                signature: string;
+                userHandle?: string;
+            };
+            /** @enum {string} */
+            type: "public-key";
+        };
         /** Problem */
         Problem: {
             /**
@@ -653,7 +699,7 @@ export interface components {
              * @example NOT_FOUND
              * @enum {string}
              */
-            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "EMAIL_PROOF_INVALID" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "WEBHOOK_LIMIT_REACHED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OIDC_STATE_INVALID" | "OIDC_RESPONSE_INVALID" | "OIDC_EMAIL_UNVERIFIED" | "SIGN_UP_DISABLED" | "REAUTHENTICATION_REQUIRED" | "IDENTITY_NOT_LINKED" | "IDENTITY_ALREADY_LINKED" | "LAST_SIGN_IN_METHOD";
+            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "EMAIL_PROOF_INVALID" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "IMPERSONATION_FORBIDDEN" | "MFA_ENROLLMENT_REQUIRED" | "IP_NOT_ALLOWED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "WEBHOOK_LIMIT_REACHED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OIDC_STATE_INVALID" | "OIDC_RESPONSE_INVALID" | "OIDC_EMAIL_UNVERIFIED" | "SIGN_UP_DISABLED" | "REAUTHENTICATION_REQUIRED" | "IDENTITY_NOT_LINKED" | "IDENTITY_ALREADY_LINKED" | "LAST_SIGN_IN_METHOD";
             detail?: string;
             /** @description Present on VALIDATION_FAILED: one entry per invalid value */
             errors?: {
@@ -715,6 +761,29 @@ export interface components {
             items: components["schemas"]["PurchaseRequest"][];
             /** @description null on the last page */
             nextCursor: string | null;
+        };
+        /**
+         * SessionResponse
+         * @description Who is signed in; the tokens travel only in httpOnly cookies
+         */
+        SessionResponse: {
+            /** Format: uuid */
+            organizationId: string;
+            /** Format: uuid */
+            sessionId: string;
+            /** Format: uuid */
+            userId: string;
+        };
+        /**
+         * StartImpersonationRequest
+         * @description The reason, and the admin’s second factor where one is needed
+         */
+        StartImpersonationRequest: {
+            /** @description The admin's TOTP or backup code, when the admin has a second factor and did not sign in with it in the last 5 minutes */
+            otpCode?: string;
+            passkey?: components["schemas"]["PasskeyAssertion"];
+            /** @description Why: recorded in the audit trail and mailed to the user */
+            reason: string;
         };
         /** UpdateWebhook */
         UpdateWebhook: {
@@ -2532,6 +2601,116 @@ export interface operations {
             };
             /** @description Conflict with the current state */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    startImpersonation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description The reason, and the admin’s second factor where one is needed */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StartImpersonationRequest"];
+            };
+        };
+        responses: {
+            /** @description Who is signed in; the tokens travel only in httpOnly cookies */
+            200: {
+                headers: {
+                    /** @description The httpOnly access-token cookie (path /) and refresh-token cookie (path /api/auth), SameSite and Secure as configured (platform.auth.cookie.*) */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionResponse"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -9,6 +9,8 @@ export const AUDIT_EVENT_TYPES = [
   'refresh_token.reused',
   'session.revoked',
   'sessions.revoked_all',
+  'impersonation.started',
+  'impersonation.stopped',
   'password.reset',
   'password.changed',
   'two_factor.enabled',

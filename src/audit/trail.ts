@@ -57,7 +57,7 @@ const chainOf = (organizationId: string | null) => organizationId ?? SYSTEM_CHAI
 /** Who acts: the request's principal, or the system (the CLI, workers, an anonymous caller). */
 export function actorOf(principal: Principal | null | undefined): AuditActor {
   if (!principal) return { type: 'system', id: null }
-  if (principal.type === 'USER') return { type: 'user', id: principal.userId }
+  if (principal.type === 'USER') return { type: 'user', id: principal.impersonatorId ?? principal.userId }
   if (principal.type === 'API_KEY') return { type: 'api_key', id: principal.apiKeyId }
   return { type: 'service_account', id: principal.serviceAccountId }
 }
@@ -141,6 +141,14 @@ export class AuditTrail {
     head: { sequence: number; hash: string },
   ): Promise<void> {
     const origin = currentRequestOrigin()
+    // While an admin impersonates a user, what the user's session does is the admin's doing on the
+    // user's behalf: the admin is the actor and `data.onBehalfOf` names the user.
+    const acting = origin?.impersonation
+    const actor =
+      acting && input.actor.type === 'user' && input.actor.id === acting.userId
+        ? { type: 'user' as const, id: acting.impersonatorId }
+        : input.actor
+    const data = acting ? { ...input.data, onBehalfOf: acting.userId } : (input.data ?? {})
     const event = {
       id: randomUUID(),
       chain,
@@ -148,14 +156,14 @@ export class AuditTrail {
       organizationId: input.organizationId,
       occurredAt: this.#clock.now(),
       type: input.type,
-      actorType: input.actor.type,
-      actorId: input.actor.id,
+      actorType: actor.type,
+      actorId: actor.id,
       subjectType: input.subject?.type ?? null,
       subjectId: input.subject?.id ?? null,
       ipAddress: origin?.ipAddress ?? null,
       userAgent: origin?.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
       requestId: origin?.requestId ?? null,
-      data: input.data ?? {},
+      data,
     }
     const stored: StoredEvent = {
       ...event,

@@ -49,6 +49,11 @@ export interface SessionTable {
   ip_address: string | null
   /** How the session was signed in to (SignInMethod); null for sessions from before it was kept. */
   sign_in_method: string | null
+  /** The organization admin who holds this session as its user; null for the user's own sessions. */
+  impersonator_id: Generated<string | null>
+  /** The admin's own session an impersonation was started from, and returns to when stopped. */
+  impersonator_session_id: Generated<string | null>
+  impersonation_reason: Generated<string | null>
 }
 
 export interface RefreshTokenTable {

@@ -31,11 +31,18 @@ import {
 import { AuditEvents } from './audit-events/index.ts'
 import { FederatedSignIns, FederationRegistry, OidcFlow, ProviderDiscovery } from './federation/index.ts'
 import { FileService } from './files/index.ts'
+import { Impersonation, impersonationStartedTemplate } from './impersonation/index.ts'
 import { ApiKeys, lastUseFlush, ServiceAccounts } from './machine-principals/index.ts'
 import { OrganizationConfig } from './organizations/index.ts'
 import { OutboxStatus } from './outbox-status/index.ts'
 import { PasskeyService } from './passkeys/index.ts'
 import { createPurchaseRequests, type PurchaseRequests } from './purchase-requests/index.ts'
+import {
+  hasSecondFactor,
+  SECURITY_KEY_PREFIX,
+  SECURITY_KEY_RULES,
+  SecurityPolicies,
+} from './security-policies/index.ts'
 import {
   AccountAuthenticator,
   accountSessionVersions,
@@ -100,10 +107,19 @@ export interface Services {
    * live and its `ver` current. Null: user access tokens are valid until they expire.
    */
   sessionGate: SessionGate | null
+  /**
+   * Whether an impersonation token's session is still live, when session versions are not
+   * enforced (with them, `sessionGate` decides): stopping an impersonation ends it at once.
+   */
+  impersonationGate: SessionGate
+  /** Organizations' security policies (`security.*` keys), enforced on each request. */
+  securityPolicies: SecurityPolicies
   sessions: SessionService
   serviceAccounts: ServiceAccounts
   apiKeys: ApiKeys
   users: UserAdministration
+  /** Organization admins acting as their members (/api/users/{id}/impersonation, /api/impersonation). */
+  impersonation: Impersonation
   /** The signed-in user's own account: GET /api/auth/me, the password change. */
   ownAccount: OwnAccount
   passwordReset: PasswordResetHandler
@@ -154,7 +170,25 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   events.useLogger(log)
   const builtInVersions = config.auth.sessionVersion.enabled ? accountSessionVersions(db) : null
   const sessionVersions = extensions.sessionVersionProvider ?? builtInVersions
-  const sessions = new SessionService({ audit, db, clock, config, tokens, events, versions: sessionVersions })
+  // Organizations' security policies: read from their configuration, dropped when it changes.
+  let configListening = () => false
+  const securityPolicies = new SecurityPolicies({
+    db,
+    ttlMs: config.auth.revocation.fallbackTtl * 1000,
+    now: () => clock.now().getTime(),
+    hasSecondFactor: (userId) => hasSecondFactor(db, userId),
+    listening: () => configListening(),
+  })
+  const sessions = new SessionService({
+    audit,
+    db,
+    clock,
+    config,
+    tokens,
+    events,
+    versions: sessionVersions,
+    sessionMaxAge: (organizationId) => securityPolicies.sessionMaxAge(organizationId),
+  })
   const sessionGate = sessionVersions
     ? new SessionGate({
         db,
@@ -162,6 +196,12 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
         provider: extensions.sessionVersionProvider ?? null,
       })
     : null
+  const impersonationGate = new SessionGate({
+    db,
+    ttlMs: config.auth.revocation.fallbackTtl * 1000,
+    provider: null,
+    versions: false,
+  })
   const otp = new OtpService({
     audit,
     db,
@@ -211,7 +251,15 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   const ownAccount = new OwnAccount({ db, clock, config, passwords, newPasswords })
 
   // Organizations, files and the example resource.
-  const orgConfig = new OrganizationConfig({ audit, db, clock, permissions: authz })
+  const orgConfig = new OrganizationConfig({
+    audit,
+    db,
+    clock,
+    permissions: authz,
+    keyRules: { rules: SECURITY_KEY_RULES, closedPrefixes: [SECURITY_KEY_PREFIX] },
+  })
+  configListening = () => orgConfig.listening
+  orgConfig.onChange((organizationId) => securityPolicies.configurationChanged(organizationId))
   const files = new FileService({
     audit,
     db,
@@ -257,6 +305,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     listen: ports.database.listen,
   })
   ports.mail.templates.register('webhook_disabled', webhookDisabledTemplate)
+  ports.mail.templates.register('impersonation_started', impersonationStartedTemplate)
 
   // Sign-in with OpenID Connect providers: one flow and one redirect URI for every provider kind.
   const federationRegistry = new FederationRegistry()
@@ -285,6 +334,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     apiKeys,
     serviceAccounts,
     ...(sessionGate ? [sessionGate] : []),
+    impersonationGate,
+    securityPolicies,
   ]
 
   const services: Services = {
@@ -295,10 +346,22 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     events,
     authenticator: extensions.authenticator ?? accountAuthenticator,
     sessionGate,
+    impersonationGate,
+    securityPolicies,
     sessions,
     serviceAccounts,
     apiKeys,
     users,
+    impersonation: new Impersonation({
+      audit,
+      db,
+      clock,
+      sessions,
+      secondFactor,
+      forgetSession: (id) => {
+        for (const gate of [impersonationGate, sessionGate]) gate?.revoked({ kind: 'session', id })
+      },
+    }),
     ownAccount,
     passwordReset: extensions.passwordResetHandler ?? passwordResets,
     signUps,
@@ -327,6 +390,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     async start() {
       lastUse.start()
       stopFollowingConfig = await orgConfig.followChanges(ports.database.listen, log)
+      // Every organization's security policies, before the first request needs one.
+      await securityPolicies.loadAll()
       unlistenRevocations = await listenForRevocations(ports.database.listen, revocationListeners, log)
     },
     async stop() {

@@ -27,12 +27,16 @@ declare module 'fastify' {
     public?: boolean
     /** The scope a machine principal needs; non-public routes without one are for users only. */
     scope?: Scope
+    /** Refused to an admin impersonating a user (403 IMPERSONATION_FORBIDDEN): credentials, administration. */
+    notWhileImpersonating?: boolean
+    /** Second-factor enrolment or signing out: open to members an organization's MFA policy holds back. */
+    mfaEnrolment?: boolean
   }
 }
 
 async function authPlugin(app: FastifyInstance) {
   const { config } = app
-  const { tokens, apiKeys, serviceAccounts, sessionGate } = app.services
+  const { tokens, apiKeys, serviceAccounts, sessionGate, impersonationGate, securityPolicies } = app.services
   app.decorateRequest('principal', null)
 
   const accessCookie = config.auth.cookie.accessTokenName
@@ -43,14 +47,17 @@ async function authPlugin(app: FastifyInstance) {
     if (!token) return null
     const claims = tokens.verifyUserToken(token)
     if (!claims) return null
-    if (sessionGate && !(await sessionGate.admits(claims))) return null
-    return {
-      type: 'USER',
+    // An impersonation token is always checked against its session, which stopping revokes.
+    const gate = claims.act ? (sessionGate ?? impersonationGate) : sessionGate
+    if (gate && !(await gate.admits(claims))) return null
+    const principal = {
+      type: 'USER' as const,
       id: claims.sub,
       userId: claims.sub,
       organizationId: claims.org,
       sessionId: claims.sid,
     }
+    return claims.act ? { ...principal, impersonatorId: claims.act.sub } : principal
   }
 
   async function resolvePrincipal(request: FastifyRequest): Promise<Principal | null> {
@@ -72,10 +79,11 @@ async function authPlugin(app: FastifyInstance) {
     if (!principal) return false
     if (principal.type === 'API_KEY') return apiKeys.stillValid(principal.apiKeyId)
     if (principal.type === 'SERVICE_ACCOUNT') return serviceAccounts.stillValid(principal.serviceAccountId)
-    // Without session versions a user token is valid until it expires, whatever happened since.
-    if (!sessionGate) return true
     const claims = tokens.verifyUserToken(request.cookies[accessCookie] ?? '')
-    return claims !== null && sessionGate.admitsAfresh(claims)
+    if (claims === null) return false
+    const gate = claims.act ? (sessionGate ?? impersonationGate) : sessionGate
+    // Without session versions a user token is valid until it expires, whatever happened since.
+    return gate ? gate.admitsAfresh(claims) : true
   })
 
   // The guard decides from the route the router matched (its `public` and `scope` config), never
@@ -98,20 +106,31 @@ async function authPlugin(app: FastifyInstance) {
           : 'This endpoint is for signed-in users only',
       )
     }
+    if (matched && route.notWhileImpersonating && principal.type === 'USER' && principal.impersonatorId) {
+      throw new AppError('IMPERSONATION_FORBIDDEN', 'This is not allowed while impersonating a user')
+    }
+  }
+
+  /**
+   * The organization's security policies (IP allowlist, required second factor), on every request
+   * that needs a principal; cached, so an organization without policies costs a map lookup.
+   */
+  function enforcePolicies(request: FastifyRequest): Promise<void> | undefined {
+    const principal = request.principal
+    const route = request.routeOptions.config
+    if (!principal || (!request.is404 && route.public)) return undefined
+    return securityPolicies.enforce(principal, request.ip, { mfaEnrolment: route.mfaEnrolment === true })
   }
 
   // One callback-style hook resolves the principal, guards the route and enters the request's
   // tenant context (src/http/tenant.ts), so the rest of the request runs inside that context.
   app.addHook('onRequest', (request, _reply, done) => {
-    resolvePrincipal(request).then((principal) => {
-      try {
+    resolvePrincipal(request)
+      .then((principal) => {
         guard(request, principal)
-      } catch (error) {
-        done(error as Error)
-        return
-      }
-      enterRequestTenant(request, done)
-    }, done)
+        return enforcePolicies(request)
+      })
+      .then(() => enterRequestTenant(request, done), done)
   })
 }
 

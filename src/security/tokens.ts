@@ -10,6 +10,8 @@ export interface UserTokenClaims {
   sid: string
   org: string
   ver: number
+  /** The actor: present when an organization admin holds the session as its user (impersonation). */
+  act?: { sub: string }
 }
 
 export interface ServiceTokenClaims {
@@ -98,16 +100,18 @@ export class AccessTokens {
     this.#verifyService = verifiers(serviceAudience, ['sub', 'cid', 'scope'])
   }
 
-  #issue(audience: string, claims: object): IssuedToken {
+  #issue(audience: string, claims: object, notAfter?: Date): IssuedToken {
     const iat = epochSeconds(this.#clock)
-    const exp = iat + this.#ttl
+    const cap = notAfter === undefined ? Number.POSITIVE_INFINITY : Math.floor(notAfter.getTime() / 1000)
+    const exp = Math.max(iat + 1, Math.min(iat + this.#ttl, cap))
     // iat and exp come from the injected clock (fast-jwt honours an explicit iat).
     const token = this.#sign({ ...claims, iss: this.#issuer, aud: audience, iat, exp })
-    return { token, expiresAt: new Date(exp * 1000), expiresInSeconds: this.#ttl }
+    return { token, expiresAt: new Date(exp * 1000), expiresInSeconds: exp - iat }
   }
 
-  issueUserToken(claims: UserTokenClaims): IssuedToken {
-    return this.#issue(this.#userAudience, claims)
+  /** A user token; it expires at `notAfter` when that comes before the configured lifetime ends. */
+  issueUserToken(claims: UserTokenClaims, notAfter?: Date): IssuedToken {
+    return this.#issue(this.#userAudience, claims, notAfter)
   }
 
   issueServiceToken(claims: ServiceTokenClaims): IssuedToken {
@@ -155,7 +159,11 @@ export class AccessTokens {
     if (typeof sid !== 'string' || !isUuid(sid)) return null
     if (typeof org !== 'string' || !isUuid(org)) return null
     if (typeof ver !== 'number' || !Number.isInteger(ver)) return null
-    return { sub, sid, org, ver }
+    if (p.act === undefined) return { sub, sid, org, ver }
+    const act = p.act as { sub?: unknown } | null
+    if (typeof act !== 'object' || act === null || typeof act.sub !== 'string' || !isUuid(act.sub))
+      return null
+    return { sub, sid, org, ver, act: { sub: act.sub } }
   }
 
   verifyServiceToken(token: string): ServiceTokenClaims | null {

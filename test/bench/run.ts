@@ -23,7 +23,14 @@ import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode, START_NODE_FLAGS } from '../helpers/process.ts'
 import { AUDIT_EXPORT, exportLine, GROWTH_GOAL_MB, measureAuditExport } from './audit-export.ts'
 import { measureRevocationReach, REVOCATION_REACH, reachLine } from './revocation-reach.ts'
-import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
+import {
+  BENCH_ALLOWLIST_ADMIN,
+  BENCH_MEMBER,
+  BENCH_USER,
+  type Scenario,
+  type Seed,
+  scenarios,
+} from './scenarios.ts'
 
 const duration = Number(process.env.BENCH_DURATION ?? 5)
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 10)
@@ -300,6 +307,24 @@ async function runTable(
     appEnv,
   ).done
   if (user.code !== 0) throw new Error(`seeding the bench user failed: ${user.stderr}`)
+  // A member of the bench organization to impersonate, and an organization with an IP allowlist.
+  for (const [org, email, role] of [
+    [organizationId, BENCH_MEMBER.email, 'member'],
+    [
+      JSON.parse(
+        (await runNode('src/cli.ts', ['org', 'create', '--name', 'Bench allowlist'], appEnv).done).stdout,
+      ).organizationId,
+      BENCH_ALLOWLIST_ADMIN.email,
+      'admin',
+    ],
+  ] as const) {
+    const made = await runNode(
+      'src/cli.ts',
+      ['user', 'create', '--org', org, '--email', email, '--role', role, '--password', BENCH_USER.password],
+      appEnv,
+    ).done
+    if (made.code !== 0) throw new Error(`seeding ${email} failed: ${made.stderr}`)
+  }
   const key = await runNode(
     'src/cli.ts',
     [

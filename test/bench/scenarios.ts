@@ -40,6 +40,12 @@ async function userCookie(baseUrl: string): Promise<string> {
 /** The user `npm run bench` seeds (through the CLI) before starting the service. */
 export const BENCH_USER = { email: 'bench@example.test', password: 'bench-password-0123456789' }
 
+/** A member of the bench organization, impersonated by the bench user (an admin). */
+export const BENCH_MEMBER = { email: 'bench-member@example.test' }
+
+/** The admin of a second organization whose `security.ip-allowlist` admits the loopback addresses. */
+export const BENCH_ALLOWLIST_ADMIN = { email: 'bench-allowlist@example.test' }
+
 /** Logins and their floor run with 4 connections: argon2id, not the connections, bounds them. */
 const LOGIN_CONNECTIONS = 4
 
@@ -58,8 +64,8 @@ function cookieValue(setCookie: string[] | string | null | undefined, name: stri
   throw new Error(`no ${name} cookie`)
 }
 
-async function login(baseUrl: string): Promise<{ access: string; refresh: string }> {
-  const res = await fetch(`${baseUrl}/api/auth/login`, { method: 'POST', headers: json, body: loginBody })
+async function login(baseUrl: string, body = loginBody): Promise<{ access: string; refresh: string }> {
+  const res = await fetch(`${baseUrl}/api/auth/login`, { method: 'POST', headers: json, body })
   if (res.status !== 200) throw new Error(`bench login failed: ${res.status} ${await res.text()}`)
   const cookies = res.headers.getSetCookie()
   return { access: cookieValue(cookies, 'access_token'), refresh: cookieValue(cookies, 'refresh_token') }
@@ -396,6 +402,58 @@ export const scenarios: Scenario[] = [
           },
         ],
       }
+    },
+  },
+  {
+    // Each request: the admin's account read, the member's row locked, a session with its refresh
+    // token, the admin's refresh token retired, the audit event and the member's mail, one transaction.
+    name: 'POST /api/users/{id}/impersonation (start: session, audit event, mail)',
+    target: 'app',
+    path: '/api/users',
+    method: 'POST',
+    expectStatus: 200,
+    prepare: async (baseUrl) => {
+      const cookie = await userCookie(baseUrl)
+      const res = await fetch(`${baseUrl}/api/users?limit=100`, { headers: { cookie } })
+      const { items } = (await res.json()) as { items: { id: string; email: string }[] }
+      const member = items.find((item) => item.email === BENCH_MEMBER.email)
+      if (!member) throw new Error('no bench member to impersonate')
+      return {
+        path: `/api/users/${member.id}/impersonation`,
+        headers: { ...json, cookie },
+        body: JSON.stringify({ reason: 'bench: measuring the start of an impersonation' }),
+      }
+    },
+  },
+  {
+    // The organization's policy is held in memory: the allowlist costs a CIDR check, no statement.
+    name: 'GET /api/auth/sessions under an IP allowlist (cookie → principal → policy → one read)',
+    floor: 'B',
+    goal: 0.6,
+    target: 'app',
+    path: '/api/auth/sessions',
+    expectStatus: 200,
+    prepare: async (baseUrl) => {
+      const body = JSON.stringify({ username: BENCH_ALLOWLIST_ADMIN.email, password: BENCH_USER.password })
+      const cookie = `access_token=${(await login(baseUrl, body)).access}`
+      const me = (await (await fetch(`${baseUrl}/api/auth/me`, { headers: { cookie } })).json()) as {
+        organizationId: string
+      }
+      // The admin's role reaches the authorization server through its outbox: ask until it has.
+      for (let attempt = 0; ; attempt++) {
+        const put = await fetch(
+          `${baseUrl}/api/organizations/${me.organizationId}/config/security.ip-allowlist`,
+          {
+            method: 'PUT',
+            headers: { ...json, cookie },
+            body: JSON.stringify({ value: '127.0.0.0/8, ::1/128' }),
+          },
+        )
+        if (put.status === 200) break
+        if (attempt > 50) throw new Error(`setting the bench allowlist failed: ${put.status}`)
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+      return { headers: { cookie } }
     },
   },
 ]

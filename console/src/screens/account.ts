@@ -40,6 +40,7 @@ const METHODS: Record<NonNullable<Session['signInMethod']>, string> = {
   oidc: 'Identity provider',
   'oidc+otp': 'Identity provider and one-time code',
   'oidc+passkey': 'Identity provider and passkey',
+  impersonation: 'An administrator of your organization, viewing as you',
 }
 
 export function accountScreen(context: ConsoleContext): HTMLElement {

@@ -18,11 +18,13 @@ import {
   type Tone,
   time,
 } from '../dom.ts'
+import { viewAs } from '../impersonation.ts'
 import { pagedList } from '../list.ts'
 import type { paths } from '../resources.schema.ts'
 
 // The organization's users (admins): who they are, how they sign in; invite, resend an invitation,
-// change a role, unlock, deactivate and reactivate. An admin's own row offers none of these.
+// change a role, unlock, deactivate and reactivate; view the console as an active member. An admin's
+// own row offers none of these.
 
 type UserPage = paths['/api/users']['get']['responses'][200]['content']['application/json']
 type User = UserPage['items'][number]
@@ -59,6 +61,12 @@ export function usersScreen(context: ConsoleContext): HTMLElement {
     return h(
       'div',
       { class: 'row-actions' },
+      user.status === 'active' && user.role === 'member'
+        ? button('View as', () => void guard(alert, () => viewAs(context, user)), {
+            small: true,
+            label: `View as ${user.email}`,
+          })
+        : null,
       user.status === 'invited'
         ? button(
             'Resend invitation',

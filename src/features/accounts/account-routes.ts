@@ -76,6 +76,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/me',
     {
+      config: { mfaEnrolment: true },
       schema: {
         tags: ['authentication'],
         operationId: 'getCurrentUser',
@@ -96,6 +97,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
         otpRequired: app.config.auth.otp.requiredForRoles.includes(account.role),
         passkeyCount: account.passkey_count,
         sessionId: user.sessionId,
+        impersonatorId: user.impersonatorId ?? null,
       }
     },
   )
@@ -105,6 +107,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config: {
         rateLimit: [{ name: 'password-change:ip', by: 'ip', max: 'resetPerMinute', window: 'minute' }],
+        notWhileImpersonating: true,
       },
       schema: {
         tags: ['authentication'],
@@ -185,6 +188,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/otp/setup',
     {
+      config: { notWhileImpersonating: true, mfaEnrolment: true },
       schema: {
         tags: ['authentication'],
         operationId: 'setupOtp',
@@ -204,6 +208,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/otp/enable',
     {
+      config: { notWhileImpersonating: true, mfaEnrolment: true },
       schema: {
         tags: ['authentication'],
         operationId: 'enableOtp',
@@ -224,6 +229,7 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/otp/disable',
     {
+      config: { notWhileImpersonating: true },
       schema: {
         tags: ['authentication'],
         operationId: 'disableOtp',

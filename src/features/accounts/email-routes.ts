@@ -3,6 +3,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses } from '../../errors.ts'
+import { refuseWhileImpersonating } from '../../http/impersonation.ts'
 import { requireUser } from '../../principal.ts'
 import { EmailAddress } from './schemas.ts'
 
@@ -48,6 +49,7 @@ const EmailChangeAccepted = Type.Object(
 )
 
 const emailRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  refuseWhileImpersonating(app, { reads: true })
   app.post(
     '/email',
     {

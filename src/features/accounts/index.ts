@@ -27,9 +27,11 @@ export {
   findAccount,
   findAccountByEmail,
   findAccountsOfOrganization,
+  findOwnAccount,
   findSessionVersion,
   incrementSessionVersion,
   listAccounts,
+  lockAccountOfOrganization,
   settleLoginAttempt,
   updatePasswordHash,
 } from './repository.ts'

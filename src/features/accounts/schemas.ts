@@ -114,6 +114,10 @@ export const CurrentUser = Type.Object(
     }),
     passkeyCount: Type.Integer({ minimum: 0 }),
     sessionId: Uuid,
+    impersonatorId: Type.Union([Uuid, Type.Null()], {
+      description:
+        'The organization admin acting as this user in this session (impersonation); null otherwise',
+    }),
   },
   {
     additionalProperties: false,

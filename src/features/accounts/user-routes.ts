@@ -5,6 +5,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import type { Static } from '@sinclair/typebox'
 import { problemResponses } from '../../errors.ts'
 import { idempotentCreate } from '../../http/idempotency.ts'
+import { refuseWhileImpersonating } from '../../http/impersonation.ts'
 import { requireUser } from '../../principal.ts'
 import { UserCursor, type UserItemRow } from './repository.ts'
 import {
@@ -34,6 +35,8 @@ export function toUser(row: UserItemRow): Static<typeof User> {
 }
 
 const usersRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  // Administration is the admin's own: never done while acting as someone else.
+  refuseWhileImpersonating(app, { reads: true })
   app.get(
     '',
     {

@@ -6,6 +6,7 @@ import { Type } from '@sinclair/typebox'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Config } from '../../config.ts'
 import { problemResponses } from '../../errors.ts'
+import { refuseWhileImpersonating } from '../../http/impersonation.ts'
 import { requireUser } from '../../principal.ts'
 import { SessionResponse, sessionResponse, setSessionCookies, withSessionCookies } from '../sessions/index.ts'
 import { FLOW_TTL_SECONDS, SECOND_FACTOR_TTL_SECONDS } from './flow.ts'
@@ -206,6 +207,8 @@ const identityRecord = (config: Config, row: FederatedIdentityRow) => {
 }
 
 export const identityRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  // An admin viewing as the user may list the linked identities, never link or unlink one.
+  refuseWhileImpersonating(app, { reads: false })
   const { config } = app
   const federation = app.services.federation
   const identityTags = ['account']

@@ -3,6 +3,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { problemResponses, validationFailed } from '../../errors.ts'
+import { refuseWhileImpersonating } from '../../http/impersonation.ts'
 import { requireUser } from '../../principal.ts'
 import { ApiKeyCursor } from './repository.ts'
 import { ApiKey, ApiKeyListQuery, ApiKeyPage, ApiKeyParams, CreateApiKey, CreatedApiKey } from './schemas.ts'
@@ -20,6 +21,7 @@ function instant(text: string | undefined): Date | null {
 const apiKeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addSchema(ApiKey)
   const apiKeys = app.services.apiKeys
+  refuseWhileImpersonating(app, { reads: true })
 
   app.get(
     '',

@@ -44,6 +44,30 @@ export interface OrganizationConfigEntry {
   updatedAt: Date
 }
 
+/**
+ * What a key's value must be: `validate` gives the reason a value is refused (400
+ * VALIDATION_FAILED) or null; `check` judges a valid value against the request writing it (the
+ * writer's address) and may throw (409).
+ */
+export interface ConfigKeyRule<C = ConfigWriteContext> {
+  validate(value: string): string | null
+  check?(value: string, context: C): void
+}
+
+/** What a write knows of its request. */
+export interface ConfigWriteContext {
+  /** The client address as `platform.server.trust-proxy` decides it. */
+  clientIp: string | null
+  /** The caller confirmed a change its rule would otherwise refuse (`?confirm=true`). */
+  confirmed: boolean
+}
+
+/** Typed keys: the rule of each, and the prefixes under which only listed keys are accepted. */
+export interface ConfigKeyRules {
+  rules: ReadonlyMap<string, ConfigKeyRule>
+  closedPrefixes: readonly string[]
+}
+
 /** Called after this instance applied a change: an organization id, or null for "anything". */
 export type ConfigChangeListener = (organizationId: string | null) => void
 
@@ -55,6 +79,8 @@ export interface OrganizationConfigOptions {
   permissions: Permissions
   /** Organizations whose entries are kept (least recently used are evicted). */
   maxOrganizations?: number
+  /** Keys whose values are checked when written; none by default. */
+  keyRules?: ConfigKeyRules
 }
 
 /** 400 VALIDATION_FAILED unless `key` is a valid configuration key. */
@@ -83,6 +109,7 @@ export class OrganizationConfig {
   readonly #db: Kysely<Database>
   readonly #clock: Clock
   readonly #permissions: Permissions
+  readonly #keyRules: ConfigKeyRules
   readonly #cache: InvalidatedCache<ReadonlyMap<string, string>>
   readonly #listeners = new Set<ConfigChangeListener>()
   /** Whether notifications reach this instance; the cache is used only while they do. */
@@ -93,6 +120,7 @@ export class OrganizationConfig {
     this.#db = options.db
     this.#clock = options.clock
     this.#permissions = options.permissions
+    this.#keyRules = options.keyRules ?? { rules: new Map(), closedPrefixes: [] }
     this.#cache = new InvalidatedCache({
       max: options.maxOrganizations ?? 10_000,
       // Characters, roughly: 64 MiB of values at most, whatever the number of organizations.
@@ -116,18 +144,21 @@ export class OrganizationConfig {
 
   /**
    * Stores the value under the key (creating or replacing it) for an admin of the organization
-   * (403 ACCESS_DENIED otherwise); 400 on an invalid key or value.
+   * (403 ACCESS_DENIED otherwise); 400 on an invalid key or value, a typed key's rule included;
+   * a typed key's rule may refuse a valid value for the request writing it (409).
    */
   async put(
     principal: Principal,
     organizationId: string,
     key: string,
     value: string,
+    context: ConfigWriteContext = { clientIp: null, confirmed: false },
   ): Promise<OrganizationConfigEntry> {
     await this.#permissions.require(principal, 'admin', `organization:${organizationId}`)
     const tenant = tenantOf(organizationId)
     checkConfigKey(key)
     checkValue(value)
+    this.#checkTyped(key, value, context)
     try {
       const row = await inTransaction(this.#db, async (trx) => {
         const stored = await upsertConfigEntry(trx, tenant, { key, value, now: this.#clock.now() })
@@ -159,6 +190,18 @@ export class OrganizationConfig {
     })
     if (deleted) this.#invalidate(organizationId)
     return deleted
+  }
+
+  #checkTyped(key: string, value: string, context: ConfigWriteContext): void {
+    const rule = this.#keyRules.rules.get(key)
+    if (!rule) {
+      if (this.#keyRules.closedPrefixes.some((prefix) => key.startsWith(prefix)))
+        throw validationFailed('params.key', 'is not a known key under its prefix')
+      return
+    }
+    const reason = rule.validate(value)
+    if (reason !== null) throw validationFailed('body.value', reason)
+    rule.check?.(value, context)
   }
 
   /** The audit event of a change: the key, never the value (it may be a secret of the organization). */

@@ -9,6 +9,7 @@ import {
   ConfigEntry,
   ConfigEntryList,
   ConfigEntryParams,
+  ConfigWriteQuery,
   NoContent,
   OrganizationParams,
   PutConfigRequest,
@@ -46,15 +47,23 @@ const organizationsRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'putOrganizationConfig',
         summary:
           'Store a configuration value (created or replaced); it applies at once; needs organization admin',
+        description:
+          'Keys under `security.` are typed: an unknown one or an invalid value is 400. ' +
+          '`security.ip-allowlist` leaving out the address of the request is 409 IP_NOT_ALLOWED unless ' +
+          'the request says `?confirm=true`.',
         params: ConfigEntryParams,
+        querystring: ConfigWriteQuery,
         body: PutConfigRequest,
-        response: { 200: ConfigEntry, ...problemResponses(401, 403, 503) },
+        response: { 200: ConfigEntry, ...problemResponses(400, 401, 403, 409, 503) },
       },
     },
     async (request) => {
       const { orgId, key } = request.params
       return toConfigEntry(
-        await app.services.orgConfig.put(requirePrincipal(request), orgId, key, request.body.value),
+        await app.services.orgConfig.put(requirePrincipal(request), orgId, key, request.body.value, {
+          clientIp: request.ip,
+          confirmed: request.query.confirm === true,
+        }),
       )
     },
   )

@@ -13,6 +13,18 @@ export const ConfigKey = Type.String({
 export const OrganizationParams = Type.Object({ orgId: Uuid })
 export const ConfigEntryParams = Type.Object({ orgId: Uuid, key: ConfigKey })
 
+export const ConfigWriteQuery = Type.Object(
+  {
+    confirm: Type.Optional(
+      Type.Boolean({
+        description:
+          'Store a value its key refuses for the request writing it (an IP allowlist that leaves out your address)',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+)
+
 export const PutConfigRequest = Type.Object(
   {
     value: Type.String({

@@ -32,6 +32,7 @@ const passkeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/registration/options',
     {
+      config: { notWhileImpersonating: true, mfaEnrolment: true },
       schema: {
         tags,
         operationId: 'passkeyRegistrationOptions',
@@ -49,6 +50,7 @@ const passkeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/registration',
     {
+      config: { notWhileImpersonating: true, mfaEnrolment: true },
       schema: {
         tags,
         operationId: 'registerPasskey',
@@ -73,6 +75,7 @@ const passkeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '',
     {
+      config: { mfaEnrolment: true },
       schema: {
         tags,
         operationId: 'listPasskeys',
@@ -86,6 +89,7 @@ const passkeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.patch(
     '/:passkeyId',
     {
+      config: { notWhileImpersonating: true },
       schema: {
         tags,
         operationId: 'renamePasskey',
@@ -101,6 +105,7 @@ const passkeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.delete(
     '/:passkeyId',
     {
+      config: { notWhileImpersonating: true },
       schema: {
         tags,
         operationId: 'removePasskey',

@@ -14,12 +14,18 @@ export {
   type SecondFactorCheck,
   secondFactorOfSignIn,
 } from './authentication.ts'
-export { sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
+export { clearSessionCookies, sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
 export { EmailSignIns } from './email-sign-in.ts'
 export { NewDeviceNotice } from './new-device-notice.ts'
 export { refreshTokenRetention, sessionRetention } from './retention.ts'
 export { PasskeyAssertionBody, SessionResponse } from './schemas.ts'
-export { SessionService, type SignInMethod } from './service.ts'
+export {
+  type ClientInfo,
+  type IssuedSession,
+  type PendingSession,
+  SessionService,
+  type SignInMethod,
+} from './service.ts'
 export { SessionGate } from './session-gate.ts'
 export { accountSessionVersions, bumpSessionVersion, type SessionVersionProvider } from './session-version.ts'
 

@@ -22,6 +22,8 @@ export async function insertSessionWithRefreshToken(
     tokenHash: string
     refreshExpiresAt: Date
     signInMethod: string
+    /** An impersonation session: the admin who holds it, the admin's own session and the reason. */
+    impersonation?: { impersonatorId: string; impersonatorSessionId: string; reason: string }
   },
 ): Promise<SessionRow> {
   return db
@@ -37,6 +39,13 @@ export async function insertSessionWithRefreshToken(
           user_agent: values.userAgent,
           ip_address: values.ipAddress,
           sign_in_method: values.signInMethod,
+          ...(values.impersonation
+            ? {
+                impersonator_id: values.impersonation.impersonatorId,
+                impersonator_session_id: values.impersonation.impersonatorSessionId,
+                impersonation_reason: values.impersonation.reason,
+              }
+            : {}),
         })
         .returningAll(),
     )
@@ -210,6 +219,8 @@ export interface ActiveSessionRow {
   user_agent: string | null
   ip_address: string | null
   sign_in_method: string | null
+  /** The admin holding the session as its user (impersonation); null for the user's own. */
+  impersonator_id: string | null
 }
 
 // Times rendered by PostgreSQL exactly as `Date.prototype.toISOString` renders them (UTC,
@@ -219,7 +230,7 @@ const isoText = (column: string) => `to_char(${column} at time zone 'UTC', 'YYYY
 // Built once: the list is read on every GET /api/auth/sessions, and its text never changes.
 const ACTIVE_SESSIONS = `select s.id, ${isoText('s.created_at')} as created_at,
   ${isoText('s.last_used_at')} as last_used_at, ${isoText('t.expires_at')} as refresh_expires_at,
-  s.user_agent, s.ip_address, s.sign_in_method
+  s.user_agent, s.ip_address, s.sign_in_method, s.impersonator_id
 from sessions s join refresh_tokens t on t.session_id = s.id
 where s.user_id = $1 and s.revoked_at is null
   and t.rotated_at is null and t.revoked_at is null and t.expires_at > $2
@@ -244,17 +255,33 @@ export async function listActiveSessions(
 
 /**
  * What decides whether a session's access tokens are still accepted: its user, whether it was
- * revoked and the user's session version (null when the account is gone).
+ * revoked and the user's session version (null when the account is gone); for an impersonation
+ * session, the admin holding it and whether that account is still an active admin.
  */
 export async function findSessionState(
   db: Executor,
   sessionId: string,
-): Promise<{ user_id: string; revoked: boolean; session_version: number | null } | undefined> {
+): Promise<
+  | {
+      user_id: string
+      revoked: boolean
+      session_version: number | null
+      impersonator_id: string | null
+      impersonator_allowed: boolean
+    }
+  | undefined
+> {
   return db
     .selectFrom('sessions')
     .leftJoin('accounts', 'accounts.id', 'sessions.user_id')
-    .select(['sessions.user_id', 'accounts.session_version'])
+    .leftJoin('accounts as impersonator', 'impersonator.id', 'sessions.impersonator_id')
+    .select(['sessions.user_id', 'accounts.session_version', 'sessions.impersonator_id'])
     .select(sql<boolean>`sessions.revoked_at is not null`.as('revoked'))
+    .select(
+      sql<boolean>`(sessions.impersonator_id is null or coalesce(impersonator.active and impersonator.role = 'admin', false))`.as(
+        'impersonator_allowed',
+      ),
+    )
     .where('sessions.id', '=', sessionId)
     .executeTakeFirst()
 }
@@ -292,4 +319,36 @@ export async function deleteEndedSessions(db: Executor, cutoff: Date, limit: num
     )
     .executeTakeFirst()
   return Number(result.numDeletedRows)
+}
+
+/**
+ * Retires the live refresh tokens of a session without revoking it: an admin's own session while
+ * the admin impersonates someone (its refresh cookie was replaced), until `addRefreshToken` gives
+ * it a new one. A retired token presented again is refused as unknown, not as reuse.
+ */
+export async function retireRefreshTokens(trx: Tx, sessionId: string, now: Date): Promise<void> {
+  await trx
+    .updateTable('refresh_tokens')
+    .set({ revoked_at: now })
+    .where('session_id', '=', sessionId)
+    .where('revoked_at', 'is', null)
+    .where('rotated_at', 'is', null)
+    .execute()
+}
+
+/** A new first refresh token of a live session (expiring at `expiresAt`). */
+export async function addRefreshToken(
+  trx: Tx,
+  values: { sessionId: string; tokenHash: string; now: Date; expiresAt: Date },
+): Promise<void> {
+  await trx
+    .insertInto('refresh_tokens')
+    .values({
+      session_id: values.sessionId,
+      parent_id: null,
+      token_hash: values.tokenHash,
+      created_at: values.now,
+      expires_at: values.expiresAt,
+    })
+    .execute()
 }

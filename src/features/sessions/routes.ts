@@ -158,6 +158,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/logout-all',
     {
+      config: { mfaEnrolment: true },
       schema: {
         tags: ['authentication'],
         operationId: 'logoutAll',
@@ -195,6 +196,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         ipAddress: s.ip_address,
         signInMethod: s.sign_in_method as SignInMethod | null,
         current: s.id === user.sessionId,
+        impersonatorId: s.impersonator_id,
       }))
     },
   )

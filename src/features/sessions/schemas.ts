@@ -97,6 +97,10 @@ export const SessionItem = Type.Object(
       description: 'The factors the session was signed in with; null for sessions older than this field',
     }),
     current: Type.Boolean({ description: 'True for the session of the calling access token' }),
+    impersonatorId: Type.Union([Uuid, Type.Null()], {
+      description:
+        'The organization admin holding this session as the user (impersonation); null for your own',
+    }),
   },
   { $id: 'SessionItem', title: 'SessionItem', description: 'An active session of the signed-in user' },
 )

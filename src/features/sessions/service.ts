@@ -10,10 +10,12 @@ import type { EventBus } from '../../events.ts'
 import { type AccessTokens, type IssuedToken, newOpaqueToken, sha256 } from '../../security/tokens.ts'
 import {
   type ActiveSessionRow,
+  addRefreshToken,
   findRefreshToken,
   findSession,
   insertSessionWithRefreshToken,
   listActiveSessions,
+  retireRefreshTokens,
   revokeSessions,
   rotateRefreshToken,
   rotateWithinGrace,
@@ -51,6 +53,8 @@ export const SIGN_IN_METHODS = [
   'oidc',
   'oidc+otp',
   'oidc+passkey',
+  /** An organization admin holding the session as its user. */
+  'impersonation',
 ] as const
 
 export interface ClientInfo {
@@ -66,6 +70,17 @@ export interface SessionServiceDeps {
   tokens: AccessTokens
   events: EventBus
   versions: SessionVersionProvider | null
+  /**
+   * The longest an organization lets a session be refreshed after its sign-in, in seconds (its
+   * `security.session-max-age` policy); null when it sets none.
+   */
+  sessionMaxAge?: (organizationId: string) => Promise<number | null>
+}
+
+/** A session made in a caller's transaction, whose tokens are issued once that commits (`issue`). */
+export interface PendingSession {
+  session: SessionRow
+  refreshToken: { raw: string; expiresAt: Date }
 }
 
 const USER_AGENT_MAX = 512
@@ -106,14 +121,17 @@ export class SessionService {
     this.#deps = deps
   }
 
-  async #accessToken(session: Pick<SessionRow, 'id' | 'user_id' | 'organization_id'>): Promise<IssuedToken> {
+  async #accessToken(
+    session: Pick<SessionRow, 'id' | 'user_id' | 'organization_id' | 'impersonator_id' | 'expires_at'>,
+  ): Promise<IssuedToken> {
     const version = (await this.#deps.versions?.currentVersion(session.user_id)) ?? 0
-    return this.#deps.tokens.issueUserToken({
-      sub: session.user_id,
-      sid: session.id,
-      org: session.organization_id,
-      ver: version,
-    })
+    const claims = { sub: session.user_id, sid: session.id, org: session.organization_id, ver: version }
+    // An impersonation session's tokens name the admin acting (`act`) and never outlive the session.
+    if (!session.impersonator_id) return this.#deps.tokens.issueUserToken(claims)
+    return this.#deps.tokens.issueUserToken(
+      { ...claims, act: { sub: session.impersonator_id } },
+      session.expires_at,
+    )
   }
 
   async start(
@@ -154,6 +172,124 @@ export class SessionService {
     return earliest(addSeconds(now, this.#deps.config.auth.refreshToken.ttl), sessionExpiresAt)
   }
 
+  /**
+   * An impersonation session, in the caller's transaction: the user's session, held by the admin,
+   * lasting at most `platform.auth.impersonation.max-duration` however often it is refreshed. The
+   * admin's own session keeps no usable refresh token meanwhile (the browser's cookie is replaced);
+   * `stopImpersonation` gives it one again.
+   */
+  async startImpersonation(
+    trx: Tx,
+    values: {
+      user: { userId: string; organizationId: string }
+      admin: { userId: string; sessionId: string }
+      reason: string
+      client: ClientInfo
+    },
+  ): Promise<PendingSession> {
+    const { clock, config } = this.#deps
+    const now = clock.now()
+    const refresh = newOpaqueToken()
+    const expiresAt = earliest(
+      addSeconds(now, config.auth.impersonation.maxDuration),
+      addSeconds(now, config.auth.session.absoluteTtl),
+    )
+    const refreshExpiresAt = this.#refreshExpiry(now, expiresAt)
+    const session = await insertSessionWithRefreshToken(trx, {
+      userId: values.user.userId,
+      organizationId: values.user.organizationId,
+      now,
+      expiresAt,
+      userAgent: values.client.userAgent?.slice(0, USER_AGENT_MAX) ?? null,
+      ipAddress: values.client.ipAddress,
+      tokenHash: refresh.hash,
+      refreshExpiresAt,
+      signInMethod: 'impersonation',
+      impersonation: {
+        impersonatorId: values.admin.userId,
+        impersonatorSessionId: values.admin.sessionId,
+        reason: values.reason,
+      },
+    })
+    await retireRefreshTokens(trx, values.admin.sessionId, now)
+    return { session, refreshToken: { raw: refresh.raw, expiresAt: refreshExpiresAt } }
+  }
+
+  /**
+   * Ends the impersonation session of the principal at once, on every instance (the revocation is
+   * pushed), and gives the admin's own session, when it is still live, a new refresh token: the
+   * pending session to issue, or null when the admin must sign in again. 404 when the session is
+   * not an impersonation one (or has ended already).
+   */
+  async stopImpersonation(user: {
+    userId: string
+    sessionId: string
+    impersonatorId?: string | undefined
+  }): Promise<{ session: SessionRow; restored: PendingSession | null }> {
+    const { db, clock, config } = this.#deps
+    const now = clock.now()
+    return inTransaction(db, async (trx) => {
+      const impersonation = await findSession(trx, user.sessionId)
+      if (!impersonation?.impersonator_id || impersonation.impersonator_id !== user.impersonatorId)
+        throw new AppError('NOT_FOUND', 'No impersonation in progress')
+      const revoked = await revokeSessions(trx, { sessionId: impersonation.id }, now, 'impersonation_stopped')
+      if (revoked.length === 0) throw new AppError('NOT_FOUND', 'No impersonation in progress')
+      await this.#deps.audit.record(trx, {
+        type: 'impersonation.stopped',
+        organizationId: impersonation.organization_id,
+        actor: { type: 'user', id: impersonation.impersonator_id },
+        subject: { type: 'user', id: impersonation.user_id },
+        data: { sessionId: impersonation.id },
+      })
+      const own = impersonation.impersonator_session_id
+        ? await findSession(trx, impersonation.impersonator_session_id)
+        : undefined
+      if (
+        !own ||
+        own.revoked_at ||
+        own.expires_at.getTime() <= now.getTime() ||
+        own.user_id !== user.impersonatorId
+      )
+        return { session: impersonation, restored: null }
+      const refresh = newOpaqueToken()
+      const expiresAt = earliest(addSeconds(now, config.auth.refreshToken.ttl), own.expires_at)
+      await addRefreshToken(trx, { sessionId: own.id, tokenHash: refresh.hash, now, expiresAt })
+      return {
+        session: impersonation,
+        restored: { session: own, refreshToken: { raw: refresh.raw, expiresAt } },
+      }
+    })
+  }
+
+  /** Whether the session was signed in to with a second factor at `since` (epoch ms) or later. */
+  async signedInWithSecondFactorSince(sessionId: string, since: number): Promise<boolean> {
+    const session = await findSession(this.#deps.db, sessionId)
+    return (
+      session !== undefined &&
+      session.created_at.getTime() >= since &&
+      /(^|\+)(otp|passkey)$/.test(session.sign_in_method ?? '')
+    )
+  }
+
+  /** The tokens of a session made in a transaction that has committed. */
+  issue(pending: PendingSession): Promise<IssuedSession> {
+    return this.#issued(pending.session, pending.refreshToken.raw, pending.refreshToken.expiresAt)
+  }
+
+  /**
+   * The organization's `security.session-max-age`: a session refreshed longer than that after its
+   * sign-in is revoked and the refresh refused (401 REFRESH_TOKEN_INVALID).
+   */
+  async #withinMaxAge(session: SessionRow, now: Date): Promise<void> {
+    const maxAge = await this.#deps.sessionMaxAge?.(session.organization_id)
+    if (maxAge == null || now.getTime() - session.created_at.getTime() <= maxAge * 1000) return
+    await inTransaction(this.#deps.db, async (trx) => {
+      const revoked = await revokeSessions(trx, { sessionId: session.id }, now, 'session_max_age')
+      if (revoked.length > 0) await this.#sessionRevoked(trx, session, 'session_max_age')
+    })
+    throw new AppError('REFRESH_TOKEN_INVALID', "The session is older than the organization's maximum age")
+  }
+
   async #issued(session: SessionRow, rawRefresh: string, refreshExpiresAt: Date): Promise<IssuedSession> {
     return {
       userId: session.user_id,
@@ -189,7 +325,10 @@ export class SessionService {
       }),
     )
     limits.check(rotated.rateCounts)
-    if (rotated.session) return this.#issued(rotated.session, next.raw, rotated.session.refresh_expires_at)
+    if (rotated.session) {
+      await this.#withinMaxAge(rotated.session, now)
+      return this.#issued(rotated.session, next.raw, rotated.session.refresh_expires_at)
+    }
     if (tokenHash === null) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
     const graceSeconds = this.#deps.config.auth.refresh.reuseGrace
     // Each lost attempt means a concurrent request rotated first; every one of them succeeds.
@@ -203,7 +342,10 @@ export class SessionService {
           graceSeconds,
         }),
       )
-      if (session) return this.#issued(session, next.raw, session.refresh_expires_at)
+      if (session) {
+        await this.#withinMaxAge(session, now)
+        return this.#issued(session, next.raw, session.refresh_expires_at)
+      }
       if (candidates === 0) break
     }
     return this.#rejectUnclaimed(tokenHash, now)

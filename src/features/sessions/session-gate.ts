@@ -8,6 +8,8 @@ import type { SessionVersionProvider } from './session-version.ts'
 
 interface SessionState {
   userId: string
+  /** The admin holding an impersonation session, whose loss of access ends it too. */
+  impersonatorId: string | null
   revoked: boolean
   /** The account's session version, read with the session (the built-in provider). */
   version: number | null
@@ -26,21 +28,39 @@ export class SessionGate implements RevocationListener {
   readonly #provider: SessionVersionProvider | null
   readonly #states: InvalidatedCache<SessionState>
 
-  constructor(deps: { db: Kysely<Database>; ttlMs: number; provider: SessionVersionProvider | null }) {
+  readonly #versions: boolean
+
+  /**
+   * `versions: false`: only whether the session is revoked counts (the gate of impersonation
+   * tokens when session versions are not enforced).
+   */
+  constructor(deps: {
+    db: Kysely<Database>
+    ttlMs: number
+    provider: SessionVersionProvider | null
+    versions?: boolean
+  }) {
     this.#db = deps.db
     this.#provider = deps.provider
+    this.#versions = deps.versions ?? true
     this.#states = new InvalidatedCache({ max: 50_000, ttl: deps.ttlMs })
   }
 
   async admits(claims: UserTokenClaims): Promise<boolean> {
     const state = await this.#states.load(claims.sid, async () => {
       const row = await findSessionState(this.#db, claims.sid)
-      if (!row) return { userId: '', revoked: true, version: null }
+      if (!row) return { userId: '', impersonatorId: null, revoked: true, version: null }
       // With the built-in provider a session whose account is gone is over.
       const gone = this.#provider === null && row.session_version === null
-      return { userId: row.user_id, revoked: row.revoked || gone, version: row.session_version }
+      return {
+        userId: row.user_id,
+        impersonatorId: row.impersonator_id,
+        revoked: row.revoked || gone || !row.impersonator_allowed,
+        version: row.session_version,
+      }
     })
     if (state.revoked || state.userId !== claims.sub) return false
+    if (!this.#versions) return true
     const version = this.#provider ? await this.#provider.currentVersion(claims.sub) : state.version
     return version === null || version === claims.ver
   }
@@ -53,7 +73,10 @@ export class SessionGate implements RevocationListener {
 
   revoked(revocation: Revocation): void {
     if (revocation.kind === 'session') this.#states.delete(revocation.id)
-    else if (revocation.kind === 'user') this.#states.deleteWhere((state) => state.userId === revocation.id)
+    else if (revocation.kind === 'user')
+      this.#states.deleteWhere(
+        (state) => state.userId === revocation.id || state.impersonatorId === revocation.id,
+      )
   }
 
   clear(): void {
