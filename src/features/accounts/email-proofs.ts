@@ -94,7 +94,10 @@ export class EmailProofs {
   ): Promise<void> {
     const { config } = this.#deps
     const ttl = config.auth.emailProof.ttl
-    await retireEmailProofs(trx, proof.purpose, proof.email, proof.accountId, now)
+    // The older proof of the address; for an email change also the account's older proof to another
+    // address (a sign-in proof's address is its account's, so the address alone finds it).
+    const retiring = proof.purpose === 'EMAIL_CHANGE' ? proof.accountId : null
+    await retireEmailProofs(trx, proof.purpose, proof.email, retiring, now)
     const token = newOpaqueToken()
     const code = newCode()
     await insertEmailProof(trx, {
