@@ -49,6 +49,7 @@ import {
   SessionService,
   type SessionVersionProvider,
 } from './sessions/index.ts'
+import { SsoAdministration, txtLookup } from './sso/index.ts'
 import {
   type Resolve,
   WebhookOutboxWorker,
@@ -124,6 +125,8 @@ export interface Services {
   webhookWorker: WebhookOutboxWorker
   /** What an organization's mail and webhook outboxes hold (/api/outbox-status). */
   outboxStatus: OutboxStatus
+  /** An organization's SSO connections and claimed domains (/api/organizations/current/sso). */
+  sso: SsoAdministration
 }
 
 /** The services and what runs beside them (the configuration listener, the API-key use flush). */
@@ -253,6 +256,16 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   })
   ports.mail.templates.register('webhook_disabled', webhookDisabledTemplate)
 
+  // Organization single sign-on: connections (client secrets sealed) and DNS-proved domains.
+  const sso = new SsoAdministration({
+    audit,
+    db,
+    clock,
+    config,
+    box: new SecretBox(jwtSecrets(config), 'sso-client-secret'),
+    lookupTxt: txtLookup(config.dns.servers),
+  })
+
   // Bindings between features.
   if (builtInVersions) events.on('UserSessionsRevokedEvent', bumpSessionVersion(db))
   // Whatever holds credentials' state drops what a revocation names, on every instance.
@@ -288,6 +301,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     webhooks,
     webhookWorker,
     outboxStatus: new OutboxStatus({ db, permissions: authz }),
+    sso,
   }
 
   // Last use of API keys is gathered in memory and written in one batch a minute, and on stop.
