@@ -1075,7 +1075,7 @@ export interface components {
              * @example NOT_FOUND
              * @enum {string}
              */
-            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "EMAIL_PROOF_INVALID" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "SSO_REQUIRED" | "SSO_ACCOUNT_IN_OTHER_ORGANIZATION" | "SSO_EMAIL_NOT_VERIFIED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "WEBHOOK_LIMIT_REACHED" | "SSO_DOMAIN_VERIFIED_ELSEWHERE" | "SSO_CONNECTION_ENABLED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
+            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "EMAIL_PROOF_INVALID" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "SSO_REQUIRED" | "SSO_ACCOUNT_IN_OTHER_ORGANIZATION" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "WEBHOOK_LIMIT_REACHED" | "SSO_DOMAIN_VERIFIED_ELSEWHERE" | "SSO_CONNECTION_ENABLED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
             detail?: string;
             /** @description Present on VALIDATION_FAILED: one entry per invalid value */
             errors?: {
@@ -1607,6 +1607,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not found */
             404: {
                 headers: {
@@ -1708,6 +1717,15 @@ export interface operations {
             };
             /** @description Authentication required or failed */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2670,6 +2688,15 @@ export interface operations {
             };
             /** @description Authentication required or failed */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3740,6 +3767,15 @@ export interface operations {
             };
             /** @description Invalid request */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -49,7 +49,7 @@ import {
   SessionService,
   type SessionVersionProvider,
 } from './sessions/index.ts'
-import { SsoAdministration, txtLookup } from './sso/index.ts'
+import { SsoAdministration, ssoConfigRules, ssoRequirement, txtLookup } from './sso/index.ts'
 import {
   type Resolve,
   WebhookOutboxWorker,
@@ -152,7 +152,17 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   events.useLogger(log)
   const builtInVersions = config.auth.sessionVersion.enabled ? accountSessionVersions(db) : null
   const sessionVersions = extensions.sessionVersionProvider ?? builtInVersions
-  const sessions = new SessionService({ audit, db, clock, config, tokens, events, versions: sessionVersions })
+  const sessions = new SessionService({
+    audit,
+    db,
+    clock,
+    config,
+    tokens,
+    events,
+    versions: sessionVersions,
+    // Bound below, once the organization configuration it reads exists.
+    signInPolicy: (user, method) => ssoRequired(user, method),
+  })
   const sessionGate = sessionVersions
     ? new SessionGate({
         db,
@@ -209,7 +219,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   const ownAccount = new OwnAccount({ db, clock, config, passwords, newPasswords })
 
   // Organizations, files and the example resource.
-  const orgConfig = new OrganizationConfig({ audit, db, clock, permissions: authz })
+  const orgConfig = new OrganizationConfig({ audit, db, clock, permissions: authz, rules: ssoConfigRules })
   const files = new FileService({
     audit,
     db,
@@ -265,6 +275,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     box: new SecretBox(jwtSecrets(config), 'sso-client-secret'),
     lookupTxt: txtLookup(config.dns.servers),
   })
+  const ssoRequired = ssoRequirement({ db, configValue: (id, key) => orgConfig.getValue(id, key) })
 
   // Bindings between features.
   if (builtInVersions) events.on('UserSessionsRevokedEvent', bumpSessionVersion(db))

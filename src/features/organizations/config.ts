@@ -55,7 +55,12 @@ export interface OrganizationConfigOptions {
   permissions: Permissions
   /** Organizations whose entries are kept (least recently used are evicted). */
   maxOrganizations?: number
+  /** Keys whose values other features give meaning to, with the check a new value must pass. */
+  rules?: ConfigValueRules
 }
+
+/** Per key: null for a good value, else what is wrong with it (answered as 400 VALIDATION_FAILED). */
+export type ConfigValueRules = Readonly<Record<string, (value: string) => string | null>>
 
 /** 400 VALIDATION_FAILED unless `key` is a valid configuration key. */
 export function checkConfigKey(key: string): void {
@@ -83,6 +88,7 @@ export class OrganizationConfig {
   readonly #db: Kysely<Database>
   readonly #clock: Clock
   readonly #permissions: Permissions
+  readonly #rules: ConfigValueRules
   readonly #cache: InvalidatedCache<ReadonlyMap<string, string>>
   readonly #listeners = new Set<ConfigChangeListener>()
   /** Whether notifications reach this instance; the cache is used only while they do. */
@@ -93,6 +99,7 @@ export class OrganizationConfig {
     this.#db = options.db
     this.#clock = options.clock
     this.#permissions = options.permissions
+    this.#rules = options.rules ?? {}
     this.#cache = new InvalidatedCache({
       max: options.maxOrganizations ?? 10_000,
       // Characters, roughly: 64 MiB of values at most, whatever the number of organizations.
@@ -128,6 +135,8 @@ export class OrganizationConfig {
     const tenant = tenantOf(organizationId)
     checkConfigKey(key)
     checkValue(value)
+    const problem = Object.hasOwn(this.#rules, key) ? this.#rules[key]?.(value) : null
+    if (problem) throw validationFailed('body.value', problem)
     try {
       const row = await inTransaction(this.#db, async (trx) => {
         const stored = await upsertConfigEntry(trx, tenant, { key, value, now: this.#clock.now() })

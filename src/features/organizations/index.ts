@@ -3,7 +3,7 @@
 import type { FastifyInstance } from 'fastify'
 import organizationRoutes from './routes.ts'
 
-export { ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './config.ts'
+export { type ConfigValueRules, ORGANIZATION_CONFIG_CHANNEL, OrganizationConfig } from './config.ts'
 export { findOrganization, insertOrganization, listOrganizations } from './repository.ts'
 export { createOrganization } from './service.ts'
 

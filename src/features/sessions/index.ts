@@ -17,7 +17,7 @@ export { EmailSignIns } from './email-sign-in.ts'
 export { NewDeviceNotice } from './new-device-notice.ts'
 export { refreshTokenRetention, sessionRetention } from './retention.ts'
 export { PasskeyAssertionBody, SessionResponse } from './schemas.ts'
-export { SessionService, type SignInMethod } from './service.ts'
+export { SessionService, type SignInMethod, type SignInPolicy } from './service.ts'
 export { SessionGate } from './session-gate.ts'
 export { accountSessionVersions, bumpSessionVersion, type SessionVersionProvider } from './session-version.ts'
 

@@ -54,6 +54,15 @@ export interface ClientInfo {
   ipAddress: string | null
 }
 
+/**
+ * A rule a sign-in must pass before its session starts, once the credentials were proved (so its
+ * refusal says nothing about whether an account exists): throws an AppError to refuse.
+ */
+export type SignInPolicy = (
+  user: { userId: string; organizationId: string },
+  signInMethod: SignInMethod,
+) => Promise<void>
+
 export interface SessionServiceDeps {
   audit: AuditTrail
   db: Kysely<Database>
@@ -62,6 +71,8 @@ export interface SessionServiceDeps {
   tokens: AccessTokens
   events: EventBus
   versions: SessionVersionProvider | null
+  /** Checked before every session starts (organization SSO enforcement); none: every sign-in passes. */
+  signInPolicy?: SignInPolicy | undefined
 }
 
 const USER_AGENT_MAX = 512
@@ -118,6 +129,7 @@ export class SessionService {
     signInMethod: SignInMethod = 'password',
   ): Promise<IssuedSession> {
     const { db, clock, config } = this.#deps
+    await this.#deps.signInPolicy?.(user, signInMethod)
     const now = clock.now()
     const refresh = newOpaqueToken()
     const expiresAt = addSeconds(now, config.auth.session.absoluteTtl)

@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify'
 import ssoAdminRoutes from './routes.ts'
 
 export { txtLookup } from './domains.ts'
+export { SSO_REQUIRED_KEY, ssoConfigRules, ssoRequirement } from './policy.ts'
 export { SsoAdministration } from './service.ts'
 
 export default async function ssoFeature(app: FastifyInstance) {
