@@ -39,6 +39,8 @@ export const AUDIT_EVENT_TYPES = [
   'webhook.deleted',
   'webhook.secret_rotated',
   'webhook.disabled',
+  'identity.linked',
+  'identity.unlinked',
   'sso_connection.created',
   'sso_connection.updated',
   'sso_connection.deleted',
