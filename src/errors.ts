@@ -26,6 +26,10 @@ export const ErrorCatalogue = {
   OTP_REQUIRED_FOR_ROLE: { status: 403, title: 'One-time password required for this role' },
   SSO_REQUIRED: { status: 403, title: 'Single sign-on required' },
   SSO_ACCOUNT_IN_OTHER_ORGANIZATION: { status: 403, title: 'Account belongs to another organization' },
+  SSO_DOMAIN_NOT_VERIFIED: {
+    status: 403,
+    title: "Email domain not verified by the connection's organization",
+  },
   NOT_FOUND: { status: 404, title: 'Not found' },
   METHOD_NOT_ALLOWED: { status: 405, title: 'Method not allowed' },
   INVALID_TRANSITION: { status: 409, title: 'Invalid transition' },

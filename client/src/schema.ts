@@ -41,6 +41,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/account/identities": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The provider identities linked to the signed-in user’s account */
+        get: operations["listLinkedIdentities"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/account/identities/{identityId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Unlink one of the signed-in user’s identities (another user’s: 404)
+         * @description 409 LAST_SIGN_IN_METHOD when it is the account’s last way to sign in (no usable password, passkey, other identity, nor email sign-in on this service).
+         */
+        delete: operations["unlinkIdentity"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/account/identities/link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start linking a provider identity to the signed-in account: the URL to navigate to
+         * @description Needs a session signed in to within the last five minutes (403 REAUTHENTICATION_REQUIRED). Sets the flow cookie; the flow finishes at the callback only in this same session, then the browser returns to `<frontend>/#account`. 404 NOT_FOUND for an unknown provider.
+         */
+        post: operations["startIdentityLink"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/auth/email-sign-in": {
         parameters: {
             query?: never;
@@ -143,6 +200,83 @@ export interface paths {
         get: operations["getCurrentUser"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/oidc/{providerId}/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Start signing in with a provider: redirects the browser to it
+         * @description Answers 302 to the provider’s authorization endpoint (authorization code flow, PKCE S256) and sets the flow cookie (httpOnly, path /api/auth/oidc, ten minutes) that binds the state and nonce to this browser. 404 NOT_FOUND for an unknown provider; 503 SERVICE_UNAVAILABLE when the provider’s discovery document cannot be fetched.
+         */
+        get: operations["startOidcSignIn"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/oidc/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The redirect URI of every provider and organization connection
+         * @description Finishes the flow the flow cookie names (once). A sign-in sets the session cookies and redirects to the frontend; when the account has a second factor it instead sets a five-minute cookie and redirects to `<frontend>/?oidc=second-factor`, where POST /api/auth/oidc/second-factor finishes it. A link redirects to `<frontend>/#account`. 400 OIDC_STATE_INVALID: no live flow for this browser, another state, or a flow already used. 401 OIDC_RESPONSE_INVALID: the provider’s answer failed a check (error answer, missing or wrong `iss`, the code exchange, the ID token’s signature, issuer, audience, expiry or nonce). 403 OIDC_EMAIL_UNVERIFIED: a new identity whose email the provider did not verify. 403 SIGN_UP_DISABLED: no account has the address and sign-up is off. 409 IDENTITY_NOT_LINKED: an account has the address, but this identity is not linked to it (link it while signed in). 403 ACCESS_DENIED: a link flow finishing outside the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds.
+         */
+        get: operations["oidcCallback"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/oidc/providers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The deployment-wide OpenID Connect providers, for the sign-in page’s buttons */
+        get: operations["listOidcProviders"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/oidc/second-factor": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Finish a provider sign-in with the account’s second factor; sets the session cookies
+         * @description Needs the cookie the callback set (five minutes). Counts toward the account’s lockout as a login does. 400 OIDC_STATE_INVALID without a waiting sign-in; 401 OTP_REQUIRED, INVALID_OTP, PASSKEY_INVALID, ACCOUNT_LOCKED. A wrong code leaves the sign-in waiting; the right one spends it.
+         */
+        post: operations["completeOidcSignIn"];
         delete?: never;
         options?: never;
         head?: never;
@@ -451,6 +585,26 @@ export interface paths {
          * @description Takes the mailed link's token, or the address and the code. Creates the organization and its first admin (active) and signs the admin in, with the cookies of login. 400 EMAIL_PROOF_INVALID for an unknown, used, expired or retired proof, or one ended by platform.auth.email-proof.max-attempts wrong codes. 409 ACCOUNT_EXISTS when the address has had an account since the sign-up (an invitation accepted first): nothing is created and the address is mailed a notice. 404 NOT_FOUND while platform.auth.sign-up.enabled is false.
          */
         post: operations["verifySignUp"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/auth/sso/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign in with SSO: the address's organization connection, as the URL to send the browser to
+         * @description Routes by the domain only: a domain an organization verified, with an enabled connection, answers the authorization URL of that connection and sets the flow cookie (httpOnly, path /api/auth/oidc, ten minutes); the flow ends at GET /api/auth/oidc/callback. Any other address is 404 NOT_FOUND, whether or not an account has it. 503 SERVICE_UNAVAILABLE when the identity provider cannot be reached.
+         */
+        post: operations["startSsoSignIn"];
         delete?: never;
         options?: never;
         head?: never;
@@ -863,6 +1017,16 @@ export interface components {
          * @description PENDING until confirmed; REJECTED over the size limit
          */
         FileStatus: "PENDING" | "CONFIRMED" | "REJECTED";
+        /** IdentityLinkRequest */
+        IdentityLinkRequest: {
+            /** @description The provider id */
+            provider: string;
+        };
+        /** IdentityLinkStart */
+        IdentityLinkStart: {
+            /** @description The provider's authorization URL: navigate the browser to it */
+            redirectUrl: string;
+        };
         /**
          * InitiateUploadRequest
          * @description The file to upload and the resource it belongs to
@@ -883,6 +1047,24 @@ export interface components {
              */
             resourceType: string;
         };
+        /** LinkedIdentity */
+        LinkedIdentity: {
+            /** Format: date-time */
+            createdAt: string;
+            /** @description The address the provider gave at link time */
+            email: string | null;
+            /** Format: uuid */
+            id: string;
+            issuer: string;
+            lastUsedAt: string | null;
+            /** @description The provider reference: platform:<id>, or connection:<id> */
+            provider: string;
+            providerName: string | null;
+        };
+        /** LinkedIdentityList */
+        LinkedIdentityList: {
+            items: components["schemas"]["LinkedIdentity"][];
+        };
         /**
          * LoginRequest
          * @description Credentials, and the second factor when the account has one
@@ -899,6 +1081,21 @@ export interface components {
             password: string;
             /** @description The account email */
             username: string;
+        };
+        /** OidcProviderList */
+        OidcProviderList: {
+            items: {
+                /** @description The provider id */
+                id: string;
+                /** @description What the sign-in button says: "Continue with <name>" */
+                name: string;
+            }[];
+        };
+        /** OidcSecondFactor */
+        OidcSecondFactor: {
+            /** @description TOTP code or unused backup code */
+            otpCode?: string;
+            passkey?: components["schemas"]["PasskeyAssertion"];
         };
         /**
          * OtpEnableRequest
@@ -1075,7 +1272,7 @@ export interface components {
              * @example NOT_FOUND
              * @enum {string}
              */
-            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "EMAIL_PROOF_INVALID" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "SSO_REQUIRED" | "SSO_ACCOUNT_IN_OTHER_ORGANIZATION" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "WEBHOOK_LIMIT_REACHED" | "SSO_DOMAIN_VERIFIED_ELSEWHERE" | "SSO_CONNECTION_ENABLED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
+            code: "BAD_REQUEST" | "VALIDATION_FAILED" | "MALFORMED_JSON" | "INVALID_TOKEN" | "WEAK_PASSWORD" | "EMAIL_PROOF_INVALID" | "PASSKEY_REGISTRATION_FAILED" | "UNSUPPORTED_CONTENT_TYPE" | "AUTHENTICATION_REQUIRED" | "INVALID_CREDENTIALS" | "ACCOUNT_LOCKED" | "REFRESH_TOKEN_REUSED" | "REFRESH_TOKEN_INVALID" | "OTP_REQUIRED" | "INVALID_OTP" | "PASSKEY_CHALLENGE_INVALID" | "PASSKEY_INVALID" | "ACCESS_DENIED" | "INSUFFICIENT_SCOPE" | "ORGANIZATION_REQUIRED" | "OTP_REQUIRED_FOR_ROLE" | "SSO_REQUIRED" | "SSO_ACCOUNT_IN_OTHER_ORGANIZATION" | "SSO_DOMAIN_NOT_VERIFIED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INVALID_TRANSITION" | "UPLOAD_NOT_FOUND" | "ACCOUNT_EXISTS" | "OTP_NOT_SET_UP" | "OTP_ALREADY_ENABLED" | "PASSKEY_EXISTS" | "LAST_ADMIN" | "IDEMPOTENCY_KEY_REUSED" | "WEBHOOK_LIMIT_REACHED" | "SSO_DOMAIN_VERIFIED_ELSEWHERE" | "SSO_CONNECTION_ENABLED" | "REQUEST_TIMEOUT" | "PAYLOAD_TOO_LARGE" | "URI_TOO_LONG" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "HEADERS_TOO_LARGE" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OIDC_STATE_INVALID" | "OIDC_RESPONSE_INVALID" | "OIDC_EMAIL_UNVERIFIED" | "SIGN_UP_DISABLED" | "REAUTHENTICATION_REQUIRED" | "IDENTITY_NOT_LINKED" | "IDENTITY_ALREADY_LINKED" | "LAST_SIGN_IN_METHOD";
             detail?: string;
             /** @description Present on VALIDATION_FAILED: one entry per invalid value */
             errors?: {
@@ -1114,7 +1311,7 @@ export interface components {
             /** Format: uuid */
             sessionId: string;
             /** @description The factors the session was signed in with; null for sessions older than this field */
-            signInMethod: "password" | "password+otp" | "password+passkey" | "passkey" | "email_link" | "email_link+otp" | "email_link+passkey" | "email_code" | "email_code+otp" | "email_code+passkey" | null;
+            signInMethod: "password" | "password+otp" | "password+passkey" | "passkey" | "email_link" | "email_link+otp" | "email_link+passkey" | "email_code" | "email_code+otp" | "email_code+passkey" | "oidc" | "oidc+otp" | "oidc+passkey" | null;
             userAgent: string | null;
         };
         /**
@@ -1194,6 +1391,18 @@ export interface components {
          */
         SsoDomainList: {
             items: components["schemas"]["SsoDomain"][];
+        };
+        /** SsoRedirect */
+        SsoRedirect: {
+            /** @description The identity provider's authorization URL: navigate the browser there */
+            redirectUrl: string;
+        };
+        /**
+         * SsoStart
+         * @description The address the person signs in with
+         */
+        SsoStart: {
+            email: string;
         };
         /** UpdateSsoConnection */
         UpdateSsoConnection: {
@@ -1440,6 +1649,295 @@ export interface operations {
             };
             /** @description Rate limited */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listLinkedIdentities: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LinkedIdentityList"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    unlinkIdentity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                identityId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Unlinked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    startIdentityLink: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["IdentityLinkRequest"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["IdentityLinkStart"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2009,6 +2507,350 @@ export interface operations {
             };
             /** @description A path segment is too long */
             414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    startOidcSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The provider id */
+                providerId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the provider */
+            302: {
+                headers: {
+                    /** @description Where the browser goes next */
+                    Location?: string;
+                    /** @description The flow cookie (httpOnly, path /api/auth/oidc), or the session cookies */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    oidcCallback: {
+        parameters: {
+            query?: {
+                code?: string;
+                error?: string;
+                error_description?: string;
+                error_uri?: string;
+                iss?: string;
+                session_state?: string;
+                state?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description To the frontend */
+            302: {
+                headers: {
+                    /** @description Where the browser goes next */
+                    Location?: string;
+                    /** @description The flow cookie (httpOnly, path /api/auth/oidc), or the session cookies */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listOidcProviders: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OidcProviderList"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    completeOidcSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OidcSecondFactor"];
+            };
+        };
+        responses: {
+            /** @description Who is signed in; the tokens travel only in httpOnly cookies */
+            200: {
+                headers: {
+                    /** @description The httpOnly access-token cookie (path /) and refresh-token cookie (path /api/auth), SameSite and Secure as configured (platform.auth.cookie.*) */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionResponse"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Authentication required or failed */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3794,6 +4636,103 @@ export interface operations {
             };
             /** @description Conflict with the current state */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A path segment is too long */
+            414: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported media type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Rate limited */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unexpected error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A dependency is unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    startSsoSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The address the person signs in with */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SsoStart"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoRedirect"];
+                };
+            };
+            /** @description Invalid request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -50,7 +50,14 @@ import {
   SessionService,
   type SessionVersionProvider,
 } from './sessions/index.ts'
-import { SsoAdministration, ssoConfigRules, ssoRequirement, txtLookup } from './sso/index.ts'
+import {
+  CONNECTION_KIND,
+  ConnectionSignIns,
+  SsoAdministration,
+  ssoConfigRules,
+  ssoRequirement,
+  txtLookup,
+} from './sso/index.ts'
 import {
   type Resolve,
   WebhookOutboxWorker,
@@ -132,6 +139,8 @@ export interface Services {
   federation: FederatedSignIns
   /** An organization's SSO connections and claimed domains (/api/organizations/current/sso). */
   sso: SsoAdministration
+  /** Routing an address to its organization's connection (/api/auth/sso/start), and that sign-in. */
+  ssoSignIns: ConnectionSignIns
 }
 
 /** The services and what runs beside them (the configuration listener, the API-key use flush). */
@@ -291,15 +300,19 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   })
   federationRegistry.register('platform', federation.platformKind())
 
-  // Organization single sign-on: connections (client secrets sealed) and DNS-proved domains.
+  // Organization single sign-on: connections (client secrets sealed) and DNS-proved domains; a
+  // connection is a provider kind of the OpenID Connect flow (`connection:<id>`).
+  const ssoBox = new SecretBox(jwtSecrets(config), 'sso-client-secret')
   const sso = new SsoAdministration({
     audit,
     db,
     clock,
     config,
-    box: new SecretBox(jwtSecrets(config), 'sso-client-secret'),
+    box: ssoBox,
     lookupTxt: txtLookup(config.dns.servers),
   })
+  const ssoSignIns = new ConnectionSignIns({ audit, db, clock, box: ssoBox, tuples: authz.tuples })
+  federationRegistry.register(CONNECTION_KIND, ssoSignIns.kind())
   const ssoRequired = ssoRequirement({ db, configValue: (id, key) => orgConfig.getValue(id, key) })
 
   // Bindings between features.
@@ -340,6 +353,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     federationRegistry,
     federation,
     sso,
+    ssoSignIns,
   }
 
   // Last use of API keys is gathered in memory and written in one batch a minute, and on stop.

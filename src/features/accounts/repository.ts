@@ -55,6 +55,28 @@ export function insertAccount(
     .executeTakeFirstOrThrow()
 }
 
+/**
+ * Inserts the account unless an account has the address already (any letter case): undefined then,
+ * having waited for a parallel insert of the same address to commit or roll back.
+ */
+export function insertAccountUnlessEmailTaken(
+  db: Executor,
+  values: { organizationId: string; email: string; passwordHash: string; role: Role; active: boolean },
+): Promise<AccountRow | undefined> {
+  return db
+    .insertInto('accounts')
+    .values({
+      organization_id: values.organizationId,
+      email: values.email,
+      password_hash: values.passwordHash,
+      role: values.role,
+      active: values.active,
+    })
+    .onConflict((oc) => oc.doNothing())
+    .returningAll()
+    .executeTakeFirst()
+}
+
 export interface ClaimedAttempt {
   account: AccountRow
   /** The account was locked before this attempt: it was not counted and gets no verification. */

@@ -31,7 +31,13 @@ const COOKIE_PATH = '/api/auth/oidc'
  * The flow's cookies: httpOnly, scoped to /api/auth/oidc, SameSite=Lax (the provider's redirect
  * back is a top-level navigation from another site, which Lax lets through).
  */
-function setFlowCookie(reply: FastifyReply, config: Config, name: string, value: string, maxAge: number) {
+export function setFlowCookie(
+  reply: FastifyReply,
+  config: Config,
+  name: string,
+  value: string,
+  maxAge: number,
+) {
   reply.setCookie(name, value, {
     httpOnly: true,
     secure: config.auth.cookie.secure,

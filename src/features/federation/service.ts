@@ -297,6 +297,14 @@ export class FederatedSignIns {
     const now = clock.now()
     const existing = await findIdentity(db, identity.issuer, identity.subject)
     if (existing) {
+      // An organization's connection signs in to that organization only, whatever the identity is linked to.
+      const { organizationId } = identity.provider
+      if (organizationId !== null && existing.organization_id !== organizationId) {
+        throw new AppError(
+          'SSO_ACCOUNT_IN_OTHER_ORGANIZATION',
+          "This identity belongs to an account of another organization; this organization's connection cannot sign it in",
+        )
+      }
       await touchIdentity(db, existing.id, now)
       return { accountId: existing.account_id, organizationId: existing.organization_id, created: false }
     }

@@ -189,3 +189,18 @@ export function findEnabledConnection(
     .where('enabled', '=', true)
     .executeTakeFirst()
 }
+
+/** The account an identity (issuer, subject) is linked to, if any. */
+export async function linkedAccount(
+  db: Executor,
+  issuer: string,
+  subject: string,
+): Promise<string | undefined> {
+  const row = await db
+    .selectFrom('federated_identities')
+    .select('account_id')
+    .where('issuer', '=', issuer)
+    .where('subject', '=', subject)
+    .executeTakeFirst()
+  return row?.account_id
+}

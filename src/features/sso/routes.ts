@@ -2,8 +2,9 @@
 // admins (decided by the caller's account row; users only, no machine scope).
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
-import { problemResponses } from '../../errors.ts'
+import { AppError, problemResponses } from '../../errors.ts'
 import { requireUser } from '../../principal.ts'
+import { FLOW_COOKIE, FLOW_TTL_SECONDS, setFlowCookie } from '../federation/index.ts'
 import {
   AddSsoDomain,
   ConnectionParams,
@@ -13,8 +14,11 @@ import {
   SsoConnectionList,
   SsoDomain,
   SsoDomainList,
+  SsoRedirect,
+  SsoStart,
   UpdateSsoConnection,
 } from './schemas.ts'
+import { CONNECTION_KIND } from './sign-in.ts'
 
 const tags = ['sso']
 const Removed = Type.Null({ description: 'Removed' })
@@ -191,3 +195,44 @@ const ssoAdminRoutes: FastifyPluginAsyncTypebox = async (app) => {
 }
 
 export default ssoAdminRoutes
+
+/**
+ * Identity-first sign-in: the address's domain decides. A domain an organization verified, with an
+ * enabled connection, starts the OpenID Connect flow with that connection (its cookie set as the
+ * provider buttons' start sets it); any other address is 404, whether or not an account has it, so
+ * the answer tells which domains use SSO (public by nature: their sign-in page says so) and
+ * nothing about users.
+ */
+export const ssoStartRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.post(
+    '/start',
+    {
+      config: {
+        public: true,
+        rateLimit: [{ name: 'sso-start:ip', by: 'ip', max: 'loginPerMinute', window: 'minute' }],
+      },
+      schema: {
+        tags: ['authentication'],
+        operationId: 'startSsoSignIn',
+        summary: "Sign in with SSO: the address's organization connection, as the URL to send the browser to",
+        description:
+          'Routes by the domain only: a domain an organization verified, with an enabled connection, answers the ' +
+          'authorization URL of that connection and sets the flow cookie (httpOnly, path /api/auth/oidc, ten ' +
+          'minutes); the flow ends at GET /api/auth/oidc/callback. Any other address is 404 NOT_FOUND, whether or ' +
+          'not an account has it. 503 SERVICE_UNAVAILABLE when the identity provider cannot be reached.',
+        body: SsoStart,
+        response: { 200: SsoRedirect, ...problemResponses(400, 404, 429, 503) },
+      },
+    },
+    async (request, reply) => {
+      const connectionId = await app.services.ssoSignIns.route(request.body.email)
+      if (!connectionId) throw new AppError('NOT_FOUND', "No single sign-on for this address's domain")
+      const { redirectUrl, handle } = await app.services.federation.start(
+        { kind: CONNECTION_KIND, id: connectionId },
+        { purpose: 'sign_in' },
+      )
+      setFlowCookie(reply, app.config, FLOW_COOKIE, handle, FLOW_TTL_SECONDS)
+      return reply.header('cache-control', 'no-store').send({ redirectUrl })
+    },
+  )
+}
