@@ -10,6 +10,7 @@ import { auditScreen } from './screens/audit.ts'
 import { configurationScreen } from './screens/configuration.ts'
 import { outboxScreen } from './screens/outbox.ts'
 import { purchaseRequestScreen, purchaseRequestsScreen } from './screens/purchase-requests.ts'
+import { ssoScreen } from './screens/sso.ts'
 import { usersScreen } from './screens/users.ts'
 import { webhookScreen, webhooksScreen } from './screens/webhooks.ts'
 import { setUpSignIn } from './sign-in.ts'
@@ -50,6 +51,7 @@ const ROUTES: Route[] = [
   { name: 'audit', label: 'Audit events', screen: auditScreen, admin: true },
   { name: 'configuration', label: 'Configuration', screen: configurationScreen, admin: true },
   { name: 'outbox', label: 'Outbox', screen: outboxScreen, admin: true },
+  { name: 'sso', label: 'Single sign-on', screen: ssoScreen, admin: true },
 ]
 const HOME = 'account'
 

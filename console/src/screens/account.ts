@@ -37,6 +37,9 @@ const METHODS: Record<NonNullable<Session['signInMethod']>, string> = {
   email_code: 'Emailed code',
   'email_code+otp': 'Emailed code and one-time code',
   'email_code+passkey': 'Emailed code and passkey',
+  oidc: 'Identity provider',
+  'oidc+otp': 'Identity provider and one-time code',
+  'oidc+passkey': 'Identity provider and passkey',
 }
 
 export function accountScreen(context: ConsoleContext): HTMLElement {
