@@ -262,6 +262,8 @@ describe('SSO domains', () => {
       403,
       'ACCESS_DENIED',
     )
+    expectProblem(await as(otherAdmin, { method: 'GET', url: `${BASE}/domains/${domain}` }), 404, 'NOT_FOUND')
+    expectProblem(await as(null, { method: 'GET', url: `${BASE}/domains` }), 401, 'AUTHENTICATION_REQUIRED')
     expect((await as(admin, { method: 'DELETE', url: `${BASE}/domains/${domain}` })).statusCode).toBe(204)
   })
 })

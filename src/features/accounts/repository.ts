@@ -38,21 +38,24 @@ export function findAccountsOfOrganization(
     .execute()
 }
 
-export function insertAccount(
-  db: Executor,
-  values: { organizationId: string; email: string; passwordHash: string; role: Role; active: boolean },
-): Promise<AccountRow> {
-  return db
-    .insertInto('accounts')
-    .values({
-      organization_id: values.organizationId,
-      email: values.email,
-      password_hash: values.passwordHash,
-      role: values.role,
-      active: values.active,
-    })
-    .returningAll()
-    .executeTakeFirstOrThrow()
+interface NewAccountValues {
+  organizationId: string
+  email: string
+  passwordHash: string
+  role: Role
+  active: boolean
+}
+
+const accountColumns = (values: NewAccountValues) => ({
+  organization_id: values.organizationId,
+  email: values.email,
+  password_hash: values.passwordHash,
+  role: values.role,
+  active: values.active,
+})
+
+export function insertAccount(db: Executor, values: NewAccountValues): Promise<AccountRow> {
+  return db.insertInto('accounts').values(accountColumns(values)).returningAll().executeTakeFirstOrThrow()
 }
 
 /**
@@ -61,17 +64,11 @@ export function insertAccount(
  */
 export function insertAccountUnlessEmailTaken(
   db: Executor,
-  values: { organizationId: string; email: string; passwordHash: string; role: Role; active: boolean },
+  values: NewAccountValues,
 ): Promise<AccountRow | undefined> {
   return db
     .insertInto('accounts')
-    .values({
-      organization_id: values.organizationId,
-      email: values.email,
-      password_hash: values.passwordHash,
-      role: values.role,
-      active: values.active,
-    })
+    .values(accountColumns(values))
     .onConflict((oc) => oc.doNothing())
     .returningAll()
     .executeTakeFirst()
