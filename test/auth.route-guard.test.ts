@@ -188,8 +188,9 @@ describe('route guard', () => {
     /^\/api\/auth\/(login|refresh|logout|service-token|password-reset\/request|password-reset\/confirm)$/,
     /^\/api\/auth\/passkeys\/authentication(\/options)?$/,
     /^\/api\/auth\/(sign-up|email-sign-in)(\/verify)?$/,
-    // OpenID Connect sign-in (the provider list, a flow's start, the callback, its second factor) and SSO's start.
-    /^\/api\/auth\/oidc\/(providers|callback|second-factor|[^/]+\/start)$/,
+    // Sign-in with OpenID Connect providers: the list, a flow's start, the callback, the second factor.
+    /^\/api\/auth\/oidc\/(providers|:providerId\/start|callback|second-factor)$/,
+    // Identity-first SSO: an address's organization connection.
     /^\/api\/auth\/sso\/start$/,
     // The console's pages that mailed links open.
     /^\/(accept-invitation|reset-password|verify-sign-up|email-sign-in|verify-email)$/,

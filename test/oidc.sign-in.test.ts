@@ -16,7 +16,7 @@ import {
   uniqueEmail,
   useMailTestApp,
 } from './helpers/accounts.ts'
-import { createTestApp, type TestApp } from './helpers/app.ts'
+import { configErrorOf, createTestApp, type TestApp, testConfig } from './helpers/app.ts'
 import { EMAIL_PROOF_CONFIG, mailedProof, PAGES, signUp, verifySignUp } from './helpers/email-proofs.ts'
 import {
   type CraftingIssuer,
@@ -105,7 +105,7 @@ function person(
 /** Starts at the app, passes the provider's own pages as `sub`, and comes back to the callback. */
 async function signInAt(
   providerId: string,
-  provider: RunningProvider,
+  _provider: RunningProvider,
   sub: string,
   app = t.app,
   cookies: Record<string, string> = {},
@@ -125,7 +125,8 @@ const sessionCookies = (res: LightMyRequestResponse): Session => ({
 async function me(session: Session) {
   const res = await asUser(t.app, session, { method: 'GET', url: '/api/auth/me' })
   expect(res.statusCode).toBe(200)
-  return res.json() as { id: string; email: string; organizationId: string }
+  const body = res.json() as { userId: string; email: string; organizationId: string }
+  return { id: body.userId, email: body.email, organizationId: body.organizationId }
 }
 
 describe('the provider list and the start', () => {
@@ -167,7 +168,7 @@ describe('first sign-in', () => {
     const email = uniqueEmail('new')
     const res = await signInAt('acme', acme, person(acme, { email, email_verified: true }))
     expect(res.statusCode).toBe(302)
-    expect(res.headers.location).toBe(`${FRONTEND_URL}/`)
+    expect(res.headers.location).toBe(`${FRONTEND_URL}/?oidc=signed-in`)
     expect(cookie(res, 'oidc_flow')?.value).toBe('')
     const account = await me(sessionCookies(res))
     expect(account.email).toBe(email)
@@ -380,5 +381,281 @@ describe('the ID token', () => {
     const res = await withIdToken(good, 'foreign-key')
     expectProblem(res, 401, 'OIDC_RESPONSE_INVALID')
     expect(res.json().detail).toMatch(/signature/i)
+  })
+})
+
+describe('linking, explicit', () => {
+  /** A password user signed in just now. */
+  async function freshUser() {
+    const user = await newUser(t.app)
+    return { user, session: await signIn(t.app, user) }
+  }
+
+  async function startLink(session: Session, provider = 'acme') {
+    const res = await asUser(t.app, session, {
+      method: 'POST',
+      url: '/api/account/identities/link',
+      payload: { provider },
+    })
+    expect(res.statusCode).toBe(200)
+    return { location: new URL(res.json().redirectUrl), flow: cookie(res, 'oidc_flow')?.value ?? '' }
+  }
+
+  const identities = async (session: Session) =>
+    (await asUser(t.app, session, { method: 'GET', url: '/api/account/identities' })).json().items as {
+      id: string
+      provider: string
+      email: string | null
+    }[]
+
+  it('links an identity to the signed-in account, lists it, and signs that account in with it', async () => {
+    const { user, session } = await freshUser()
+    // The provider's address need not be the account's, nor verified: the link is the proof.
+    const sub = person(acme, { email: uniqueEmail('elsewhere'), email_verified: false })
+    const { location, flow } = await startLink(session)
+    const back = await passProviderPages(location.href, sub)
+    const res = await callback(t.app, back, { oidc_flow: flow, access_token: session.access })
+    expect(res.statusCode).toBe(302)
+    expect(res.headers.location).toBe(`${FRONTEND_URL}/#account`)
+    expect(await identities(session)).toMatchObject([{ provider: 'platform:acme' }])
+    const signedIn = await signInAt('acme', acme, sub)
+    expect(signedIn.statusCode).toBe(302)
+    expect((await me(sessionCookies(signedIn))).id).toBe(user.id)
+    const linked = await t.app.db
+      .selectFrom('audit_events')
+      .select('type')
+      .where('organization_id', '=', user.organizationId)
+      .where('type', '=', 'identity.linked')
+      .execute()
+    expect(linked).toHaveLength(1)
+  })
+
+  it("finishes only in the session that started it: A's flow cannot link to B (403 ACCESS_DENIED)", async () => {
+    const a = await freshUser()
+    const b = await freshUser()
+    const sub = person(acme, { email: uniqueEmail('bound'), email_verified: true })
+    const { location, flow } = await startLink(a.session)
+    const back = await passProviderPages(location.href, sub)
+    const res = await callback(t.app, back, { oidc_flow: flow, access_token: b.session.access })
+    expectProblem(res, 403, 'ACCESS_DENIED')
+    expect(await identities(a.session)).toEqual([])
+    expect(await identities(b.session)).toEqual([])
+  })
+
+  it('needs a sign-in within the last five minutes: 403 REAUTHENTICATION_REQUIRED', async () => {
+    const { session } = await freshUser()
+    t.clock.advanceSeconds(301)
+    const res = await asUser(t.app, session, {
+      method: 'POST',
+      url: '/api/account/identities/link',
+      payload: { provider: 'acme' },
+    })
+    expectProblem(res, 403, 'REAUTHENTICATION_REQUIRED')
+  })
+
+  it('refuses an identity another account holds: 409 IDENTITY_ALREADY_LINKED', async () => {
+    const sub = person(acme, { email: uniqueEmail('held'), email_verified: true })
+    expect((await signInAt('acme', acme, sub)).statusCode).toBe(302)
+    const { session } = await freshUser()
+    const { location, flow } = await startLink(session)
+    const back = await passProviderPages(location.href, sub)
+    const res = await callback(t.app, back, { oidc_flow: flow, access_token: session.access })
+    expectProblem(res, 409, 'IDENTITY_ALREADY_LINKED')
+  })
+
+  it('unlinks an identity while another way to sign in is left; another user cannot (404)', async () => {
+    const { session } = await freshUser()
+    const { location, flow } = await startLink(session)
+    const back = await passProviderPages(
+      location.href,
+      person(acme, { email: uniqueEmail('u'), email_verified: true }),
+    )
+    expect((await callback(t.app, back, { oidc_flow: flow, access_token: session.access })).statusCode).toBe(
+      302,
+    )
+    const [identity] = await identities(session)
+    const other = await freshUser()
+    const foreign = await asUser(t.app, other.session, {
+      method: 'DELETE',
+      url: `/api/account/identities/${identity?.id}`,
+    })
+    expectProblem(foreign, 404, 'NOT_FOUND')
+    const res = await asUser(t.app, session, {
+      method: 'DELETE',
+      url: `/api/account/identities/${identity?.id}`,
+    })
+    expect(res.statusCode).toBe(204)
+    expect(await identities(session)).toEqual([])
+  })
+
+  it('refuses to unlink the last way to sign in: 409 LAST_SIGN_IN_METHOD', async () => {
+    const res = await signInAt(
+      'acme',
+      acme,
+      person(acme, { email: uniqueEmail('only'), email_verified: true }),
+    )
+    const session = sessionCookies(res)
+    const [identity] = await identities(session)
+    const unlink = await asUser(t.app, session, {
+      method: 'DELETE',
+      url: `/api/account/identities/${identity?.id}`,
+    })
+    expectProblem(unlink, 409, 'LAST_SIGN_IN_METHOD')
+    expect(await identities(session)).toHaveLength(1)
+  })
+
+  it('lists and unlinks only for a signed-in user (401)', async () => {
+    expectProblem(
+      await t.app.inject({ method: 'GET', url: '/api/account/identities' }),
+      401,
+      'AUTHENTICATION_REQUIRED',
+    )
+  })
+})
+
+describe('pre-hijack', () => {
+  it("retires an attacker's pending password sign-up for the victim's address when the victim signs in with a provider", async () => {
+    const victim = uniqueEmail('victim')
+    const attackerPassword = 'attacker chose this password'
+    const pending = await signUp(t.app, {
+      email: victim,
+      password: attackerPassword,
+      organizationName: 'Trap',
+    })
+    expect(pending.statusCode).toBe(202)
+    await deliverMail(t)
+    const proof = mailedProof((await mailsTo(t.smtp, victim)).at(-1), PAGES.signUp)
+
+    const res = await signInAt('acme', acme, person(acme, { email: victim, email_verified: true }))
+    expect(res.statusCode).toBe(302)
+    const account = await me(sessionCookies(res))
+
+    // The mailed proof no longer creates anything, and the attacker's password signs nobody in.
+    expectProblem(await verifySignUp(t.app, { token: proof.token }), 400, 'EMAIL_PROOF_INVALID')
+    expectProblem(await verifySignUp(t.app, { email: victim, code: proof.code }), 400, 'EMAIL_PROOF_INVALID')
+    expectProblem(await login(t.app, victim, attackerPassword), 401, 'INVALID_CREDENTIALS')
+    const accounts = await t.app.db.selectFrom('accounts').select('id').where('email', '=', victim).execute()
+    expect(accounts).toEqual([{ id: account.id }])
+  })
+})
+
+describe('the second factor', () => {
+  const codeFor = (secret: string) =>
+    new TOTP({ secret: Secret.fromBase32(secret), algorithm: 'SHA1', digits: 6, period: 30 }).generate({
+      timestamp: t.clock.now().getTime(),
+    })
+
+  it('asks an account with OTP for its code after the provider, then signs in with method oidc+otp', async () => {
+    const user = await newUser(t.app)
+    const session = await signIn(t.app, user)
+    const { secret } = (await asUser(t.app, session, { method: 'POST', url: '/api/auth/otp/setup' })).json()
+    const enabled = await asUser(t.app, session, {
+      method: 'POST',
+      url: '/api/auth/otp/enable',
+      payload: { code: codeFor(secret) },
+    })
+    expect(enabled.statusCode).toBe(200)
+    t.clock.advanceSeconds(30)
+    const fresh = await signIn(t.app, user, { otpCode: codeFor(secret) })
+    const sub = person(acme, { email: uniqueEmail('otp'), email_verified: true })
+    const link = await asUser(t.app, fresh, {
+      method: 'POST',
+      url: '/api/account/identities/link',
+      payload: { provider: 'acme' },
+    })
+    const back = await passProviderPages(link.json().redirectUrl, sub)
+    const linked = await callback(t.app, back, {
+      oidc_flow: cookie(link, 'oidc_flow')?.value ?? '',
+      access_token: fresh.access,
+    })
+    expect(linked.statusCode).toBe(302)
+
+    const res = await signInAt('acme', acme, sub)
+    expect(res.statusCode).toBe(302)
+    expect(res.headers.location).toBe(`${FRONTEND_URL}/?oidc=second-factor`)
+    expect(cookie(res, 'access_token')).toBeUndefined()
+    const held = cookie(res, 'oidc_second_factor')?.value ?? ''
+    const complete = (payload: object) =>
+      t.app.inject({
+        method: 'POST',
+        url: '/api/auth/oidc/second-factor',
+        payload,
+        cookies: { oidc_second_factor: held },
+      })
+    expectProblem(await complete({}), 401, 'OTP_REQUIRED')
+    expectProblem(await complete({ otpCode: '000000' }), 401, 'INVALID_OTP')
+    t.clock.advanceSeconds(30)
+    const done = await complete({ otpCode: codeFor(secret) })
+    expect(done.statusCode).toBe(200)
+    expect(done.json().userId).toBe(user.id)
+    const events = await t.app.db
+      .selectFrom('audit_events')
+      .select('data')
+      .where('organization_id', '=', user.organizationId)
+      .where('type', '=', 'sign_in.succeeded')
+      .orderBy('sequence', 'desc')
+      .limit(1)
+      .execute()
+    expect(events[0]?.data).toMatchObject({ method: 'oidc+otp' })
+    // The waiting sign-in is spent.
+    expectProblem(await complete({ otpCode: codeFor(secret) }), 400, 'OIDC_STATE_INVALID')
+  })
+})
+
+describe('the providers property', () => {
+  const providers = (issuer: string, extra: object = {}) =>
+    JSON.stringify([{ id: 'p', issuer, clientId: 'c', clientSecret: 's', ...extra }])
+
+  it('fills in the presets: Google by name, Microsoft Entra by name and xms_edov', () => {
+    const config = testConfig({
+      'platform.auth.oidc.providers': JSON.stringify([
+        { id: 'google', issuer: 'https://accounts.google.com', clientId: 'g', clientSecret: 's' },
+        {
+          id: 'ms',
+          issuer: 'https://login.microsoftonline.com/tenant/v2.0',
+          clientId: 'm',
+          clientSecret: 's',
+        },
+      ]),
+    })
+    expect(config.auth.oidc.providers).toMatchObject([
+      {
+        id: 'google',
+        name: 'Google',
+        emailVerifiedClaim: 'email_verified',
+        scopes: ['openid', 'email', 'profile'],
+      },
+      { id: 'ms', name: 'Microsoft', emailVerifiedClaim: 'xms_edov' },
+    ])
+  })
+
+  it('refuses an http issuer off loopback, and http at all outside the development and test profiles', () => {
+    expect(
+      configErrorOf(() => testConfig({ 'platform.auth.oidc.providers': providers('http://idp.example.com') }))
+        .property,
+    ).toBe('platform.auth.oidc.providers')
+    const outsideDev = configErrorOf(() =>
+      testConfig({
+        'platform.profile': 'default',
+        'platform.auth.oidc.providers': providers('http://127.0.0.1:9'),
+      }),
+    )
+    expect(outsideDev.message).toMatch(/https/)
+    expect(
+      testConfig({ 'platform.auth.oidc.providers': providers('http://127.0.0.1:9') }).auth.oidc.providers,
+    ).toHaveLength(1)
+  })
+
+  it('refuses what is not a JSON array of providers, a duplicate id and an unknown member', () => {
+    for (const text of [
+      '{',
+      '{}',
+      providers('https://a.example', { extra: 1 }),
+      `[${providers('https://a.example').slice(1, -1)},${providers('https://b.example').slice(1, -1)}]`,
+    ]) {
+      expect(configErrorOf(() => testConfig({ 'platform.auth.oidc.providers': text })).property).toBe(
+        'platform.auth.oidc.providers',
+      )
+    }
   })
 })

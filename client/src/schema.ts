@@ -235,7 +235,7 @@ export interface paths {
         };
         /**
          * The redirect URI of every provider and organization connection
-         * @description Finishes the flow the flow cookie names (once). A sign-in sets the session cookies and redirects to the frontend; when the account has a second factor it instead sets a five-minute cookie and redirects to `<frontend>/?oidc=second-factor`, where POST /api/auth/oidc/second-factor finishes it. A link redirects to `<frontend>/#account`. 400 OIDC_STATE_INVALID: no live flow for this browser, another state, or a flow already used. 401 OIDC_RESPONSE_INVALID: the provider’s answer failed a check (error answer, missing or wrong `iss`, the code exchange, the ID token’s signature, issuer, audience, expiry or nonce). 403 OIDC_EMAIL_UNVERIFIED: a new identity whose email the provider did not verify. 403 SIGN_UP_DISABLED: no account has the address and sign-up is off. 409 IDENTITY_NOT_LINKED: an account has the address, but this identity is not linked to it (link it while signed in). 403 ACCESS_DENIED: a link flow finishing outside the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds.
+         * @description Finishes the flow the flow cookie names (once). A sign-in sets the session cookies and redirects to `<frontend>/?oidc=signed-in`; when the account has a second factor it instead sets a five-minute cookie and redirects to `<frontend>/?oidc=second-factor`, where POST /api/auth/oidc/second-factor finishes it. A link redirects to `<frontend>/#account`. 400 OIDC_STATE_INVALID: no live flow for this browser, another state, or a flow already used. 401 OIDC_RESPONSE_INVALID: the provider’s answer failed a check (error answer, missing or wrong `iss`, the code exchange, the ID token’s signature, issuer, audience, expiry or nonce). 403 OIDC_EMAIL_UNVERIFIED: a new identity whose email the provider did not verify. 403 SIGN_UP_DISABLED: no account has the address and sign-up is off. 409 IDENTITY_NOT_LINKED: an account has the address, but this identity is not linked to it (link it while signed in). 403 ACCESS_DENIED: a link flow finishing outside the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds.
          */
         get: operations["oidcCallback"];
         put?: never;
@@ -1022,7 +1022,10 @@ export interface components {
             /** @description The provider id */
             provider: string;
         };
-        /** IdentityLinkStart */
+        /**
+         * IdentityLinkStart
+         * @description Where to send the browser
+         */
         IdentityLinkStart: {
             /** @description The provider's authorization URL: navigate the browser to it */
             redirectUrl: string;
@@ -1061,7 +1064,10 @@ export interface components {
             provider: string;
             providerName: string | null;
         };
-        /** LinkedIdentityList */
+        /**
+         * LinkedIdentityList
+         * @description The linked identities
+         */
         LinkedIdentityList: {
             items: components["schemas"]["LinkedIdentity"][];
         };
@@ -1082,7 +1088,10 @@ export interface components {
             /** @description The account email */
             username: string;
         };
-        /** OidcProviderList */
+        /**
+         * OidcProviderList
+         * @description The providers
+         */
         OidcProviderList: {
             items: {
                 /** @description The provider id */
@@ -1685,7 +1694,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The linked identities */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1873,7 +1882,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Default Response */
+            /** @description Where to send the browser */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2724,7 +2733,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description The providers */
             200: {
                 headers: {
                     [name: string]: unknown;

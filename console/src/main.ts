@@ -323,6 +323,13 @@ setInterval(tickRelativeTimes, 30_000)
 // For the browser's developer tools (and the browser tests): the two clients this page uses.
 Object.assign(globalThis, { platformConsole: { platform, resources } })
 
+// Back from an identity provider (src/features/federation): signed in by cookies this client did not
+// set, so it asks the service; or the account's second factor is still to give.
+const fromProvider = new URLSearchParams(location.search).get('oidc')
+if (fromProvider === 'second-factor') history.replaceState(null, '', '/#/oidc-second-factor')
+else if (fromProvider) history.replaceState(null, '', `/${location.hash}`)
+
 void guard(byId('error'), async () => {
-  await platform.restoreSession()
+  if (fromProvider === 'signed-in') await platform.refresh()
+  else await platform.restoreSession()
 })

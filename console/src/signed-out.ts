@@ -257,6 +257,35 @@ function emailSignInScreen(platform: PlatformClient, root: HTMLElement) {
   return askForm()
 }
 
+/**
+ * #/oidc-second-factor: an identity provider signed the visitor in, and the account asks for its
+ * one-time code (the callback holds the sign-in for five minutes in a cookie of its own).
+ */
+function oidcSecondFactorScreen(platform: PlatformClient) {
+  const alert = alertBox()
+  const form = h(
+    'form',
+    { id: 'oidc-second-factor-form' },
+    field(
+      'One-time code',
+      h('input', { name: 'otpCode', inputmode: 'numeric', autocomplete: 'one-time-code', required: true }),
+      'From your authenticator app, or a backup code.',
+    ),
+    submit('Sign in'),
+  )
+  onSubmit(form, alert, async () => {
+    await platform.completeOidcSignIn({ otpCode: fieldText(form, 'otpCode') })
+    history.replaceState(null, '', '/')
+  })
+  return panel(
+    'Two-factor sign-in',
+    'Your identity provider signed you in; your account also needs its one-time code.',
+    alert,
+    form,
+    backToSignIn(),
+  )
+}
+
 /** The signed-out screens by the fragment's name. */
 export const SIGNED_OUT_SCREENS = new Map<
   string,
@@ -264,4 +293,5 @@ export const SIGNED_OUT_SCREENS = new Map<
 >([
   ['sign-up', signUpScreen],
   ['email-sign-in', emailSignInScreen],
+  ['oidc-second-factor', oidcSecondFactorScreen],
 ])

@@ -62,6 +62,7 @@ export async function startOidcProvider(redirectUri: string): Promise<RunningPro
     // The claims of the requested scopes go into the ID token, as Google and Entra put them.
     conformIdTokenClaims: false,
     pkce: { required: () => true },
+    ttl: { Interaction: 600, Session: 3600, Grant: 3600, AccessToken: 600, IdToken: 600 },
     features: { devInteractions: { enabled: true } },
     findAccount: async (_ctx, sub) => {
       const account = accounts.get(sub)

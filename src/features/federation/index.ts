@@ -17,6 +17,7 @@ export {
   type SignInTarget,
   type VerifiedIdentity,
 } from './providers.ts'
+export { oidcFlowRetention } from './retention.ts'
 export { FLOW_COOKIE, setFlowCookie } from './routes.ts'
 export { type CallbackOutcome, FederatedSignIns } from './service.ts'
 

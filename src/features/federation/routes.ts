@@ -118,8 +118,8 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
         operationId: 'oidcCallback',
         summary: 'The redirect URI of every provider and organization connection',
         description:
-          'Finishes the flow the flow cookie names (once). A sign-in sets the session cookies and redirects to the ' +
-          'frontend; when the account has a second factor it instead sets a five-minute cookie and redirects to ' +
+          'Finishes the flow the flow cookie names (once). A sign-in sets the session cookies and redirects to ' +
+          '`<frontend>/?oidc=signed-in`; when the account has a second factor it instead sets a five-minute cookie and redirects to ' +
           '`<frontend>/?oidc=second-factor`, where POST /api/auth/oidc/second-factor finishes it. A link redirects to ' +
           '`<frontend>/#account`. 400 OIDC_STATE_INVALID: no live flow for this browser, another state, or a flow ' +
           'already used. 401 OIDC_RESPONSE_INVALID: the provider’s answer failed a check (error answer, missing or ' +
@@ -152,7 +152,7 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
         app.services.newDeviceNotice.onLogin(outcome.userId, client(request)),
       )
       setSessionCookies(reply, config, session, clock.now())
-      return reply.redirect(frontend('/'), 302)
+      return reply.redirect(frontend('/?oidc=signed-in'), 302)
     },
   )
 

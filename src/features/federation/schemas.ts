@@ -23,7 +23,7 @@ export const ProviderList = Type.Object(
       ),
     ),
   },
-  { additionalProperties: false, title: 'OidcProviderList' },
+  { additionalProperties: false, title: 'OidcProviderList', description: 'The providers' },
 )
 
 /** The query a provider's answer comes back with; everything is checked by the flow, not here. */
@@ -69,7 +69,7 @@ export const LinkStart = Type.Object(
   {
     redirectUrl: Type.String({ description: "The provider's authorization URL: navigate the browser to it" }),
   },
-  { additionalProperties: false, title: 'IdentityLinkStart' },
+  { additionalProperties: false, title: 'IdentityLinkStart', description: 'Where to send the browser' },
 )
 
 export const IdentityRecord = Type.Object(
@@ -89,7 +89,7 @@ export const IdentityRecord = Type.Object(
 
 export const IdentityList = Type.Object(
   { items: Type.Array(IdentityRecord) },
-  { additionalProperties: false, title: 'LinkedIdentityList' },
+  { additionalProperties: false, title: 'LinkedIdentityList', description: 'The linked identities' },
 )
 
 export const IdentityParams = Type.Object({ identityId: Uuid }, { additionalProperties: false })

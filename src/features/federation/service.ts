@@ -15,7 +15,12 @@ import {
   type SignUps,
   settleLoginAttempt,
 } from '../accounts/index.ts'
-import type { PasskeyAssertion, SecondFactorCheck, SignInMethod } from '../sessions/index.ts'
+import {
+  type PasskeyAssertion,
+  type SecondFactorCheck,
+  type SignInMethod,
+  secondFactorOfSignIn,
+} from '../sessions/index.ts'
 import type { FinishedFlow, FlowBinding, OidcFlow } from './flow.ts'
 import {
   type FederationRegistry,
@@ -169,17 +174,11 @@ export class FederatedSignIns {
       throw new AppError('ACCESS_DENIED', 'This account is not active')
     if (claimed.wasLocked) throw accountLocked(claimed.account.locked_until ?? lockedUntil, now)
     const account: AccountRow = claimed.account
-    let passed: 'otp' | 'passkey' | null | false
-    try {
-      passed = await this.#deps.secondFactor(account, factors)
-    } catch (error) {
-      if (error instanceof AppError && error.code === 'OTP_REQUIRED') {
-        if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'refund')))
-          throw accountLocked(lockedUntil, now)
-      }
-      throw error
-    }
-    if (passed === false) throw new AppError('INVALID_OTP', 'The one-time password is not valid')
+    const passed = await secondFactorOfSignIn(db, this.#deps.secondFactor, account, factors, {
+      now,
+      maxAttempts,
+      lockedUntil,
+    })
     if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear')))
       throw accountLocked(lockedUntil, now)
     await flow.takeSecondFactor(handle)

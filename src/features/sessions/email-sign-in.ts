@@ -16,7 +16,12 @@ import {
   proofMethod,
   settleLoginAttempt,
 } from '../accounts/index.ts'
-import type { AuthenticatedUser, PasskeyAssertion, SecondFactorCheck } from './authentication.ts'
+import {
+  type AuthenticatedUser,
+  type PasskeyAssertion,
+  type SecondFactorCheck,
+  secondFactorOfSignIn,
+} from './authentication.ts'
 import type { SignInMethod } from './service.ts'
 
 export interface EmailSignInsDeps {
@@ -83,19 +88,11 @@ export class EmailSignIns {
       if (claimed?.wasLocked) throw accountLocked(claimed.account.locked_until ?? lockedUntil, now)
       const proof = linked ?? (await proofs.check(db, 'EMAIL_SIGN_IN', given, now))
       if (!account || proof.account_id !== account.id) throw emailProofInvalid()
-      let passed: 'otp' | 'passkey' | null | false
-      try {
-        passed = await this.#deps.secondFactor(account, factors)
-      } catch (error) {
-        // OTP_REQUIRED: the proof was right and no code was tried, so the attempt is given back.
-        if (error instanceof AppError && error.code === 'OTP_REQUIRED') {
-          if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'refund')))
-            throw accountLocked(lockedUntil, now)
-        }
-        throw error
-      }
-      if (passed === false) throw new AppError('INVALID_OTP', 'The one-time password is not valid')
-      const factor = passed
+      const factor = await secondFactorOfSignIn(db, this.#deps.secondFactor, account, factors, {
+        now,
+        maxAttempts,
+        lockedUntil,
+      })
       if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear')))
         throw accountLocked(lockedUntil, now)
       await inTransaction(db, (trx) => proofs.use(trx, proof, now))

@@ -12,6 +12,7 @@ export {
   type PasskeyAssertion,
   passkeyOrOtp,
   type SecondFactorCheck,
+  secondFactorOfSignIn,
 } from './authentication.ts'
 export { sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
 export { EmailSignIns } from './email-sign-in.ts'
