@@ -1401,7 +1401,10 @@ export interface components {
         SsoDomainList: {
             items: components["schemas"]["SsoDomain"][];
         };
-        /** SsoRedirect */
+        /**
+         * SsoRedirect
+         * @description Where to send the browser: the connection's identity provider
+         */
         SsoRedirect: {
             /** @description The identity provider's authorization URL: navigate the browser there */
             redirectUrl: string;
@@ -4722,7 +4725,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Default Response */
+            /** @description Where to send the browser: the connection's identity provider */
             200: {
                 headers: {
                     [name: string]: unknown;

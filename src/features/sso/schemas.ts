@@ -121,5 +121,9 @@ export const SsoRedirect = Type.Object(
       description: "The identity provider's authorization URL: navigate the browser there",
     }),
   },
-  { title: 'SsoRedirect', additionalProperties: false },
+  {
+    title: 'SsoRedirect',
+    description: "Where to send the browser: the connection's identity provider",
+    additionalProperties: false,
+  },
 )
