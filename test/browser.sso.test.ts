@@ -9,8 +9,9 @@ import { TestClock } from './helpers/clock.ts'
 import { TestDnsServer } from './helpers/dns-server.ts'
 import { type RunningProvider, startOidcProvider } from './helpers/oidc.ts'
 
-// One organization connection's whole redirect flow in real headless Chromium: the address typed
-// goes to POST /api/auth/sso/start, the browser follows the answer to the organization's identity
+// One organization connection's whole redirect flow in real headless Chromium: the address typed in
+// the console's sign-in form goes, with "Sign in with SSO", to POST /api/auth/sso/start, the browser
+// follows the answer to the organization's identity
 // provider (oidc-provider on loopback, its own login and consent pages), comes back to the shared
 // callback with its flow cookie, and lands on the console signed in to the connection's
 // organization, its account provisioned just in time.
@@ -71,17 +72,10 @@ describe('SSO in Chromium', () => {
     const context = await browser.newContext()
     const page = await context.newPage()
     await page.goto(base)
-    const redirectUrl = await page.evaluate(async (address) => {
-      const res = await fetch('/api/auth/sso/start', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ email: address }),
-      })
-      return ((await res.json()) as { redirectUrl: string }).redirectUrl
-    }, email)
-    expect(new URL(redirectUrl).origin).toBe(new URL(idp.issuer).origin)
-
-    await page.goto(redirectUrl)
+    // The console's sign-in form: the address, then "Sign in with SSO".
+    await page.locator('#signin-username').fill(email)
+    await page.getByRole('button', { name: 'Sign in with SSO' }).click()
+    await page.waitForURL((url) => url.origin === new URL(idp.issuer).origin)
     // oidc-provider's login page, then its consent page.
     await page.locator('input[name="login"]').fill('jo')
     await page.locator('input[name="password"]').fill('any')

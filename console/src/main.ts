@@ -13,7 +13,7 @@ import { purchaseRequestScreen, purchaseRequestsScreen } from './screens/purchas
 import { ssoScreen } from './screens/sso.ts'
 import { usersScreen } from './screens/users.ts'
 import { webhookScreen, webhooksScreen } from './screens/webhooks.ts'
-import { setUpSignIn } from './sign-in.ts'
+import { setUpSignIn, setUpSsoSignIn } from './sign-in.ts'
 import { SIGNED_OUT_SCREENS, show } from './signed-out.ts'
 
 // The console: signed out, the sign-in form (and, by the fragment, sign-up and email sign-in);
@@ -318,6 +318,7 @@ document.addEventListener('keydown', (event) => {
 byId('signout').addEventListener('click', () => void guard(byId('error'), () => platform.logout()))
 
 const signIn = setUpSignIn(platform, byId('error'))
+setUpSsoSignIn(platform, byId('error'))
 setInterval(tickRelativeTimes, 30_000)
 
 // For the browser's developer tools (and the browser tests): the two clients this page uses.
