@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto'
 import type { Browser } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { freePort } from '../src/lifecycle.ts'
-import { ACCOUNT_TEST_CONFIG, asUser, newUser, signIn } from './helpers/accounts.ts'
+import { ACCOUNT_TEST_CONFIG, asUser, newUser, signIn, type TestUser } from './helpers/accounts.ts'
 import { createTestApp, type TestApp } from './helpers/app.ts'
-import { launchChromium } from './helpers/browser.ts'
+import { launchChromium, seriousViolations, signInThroughConsole } from './helpers/browser.ts'
 import { TestClock } from './helpers/clock.ts'
 import { TestDnsServer } from './helpers/dns-server.ts'
 import { type RunningProvider, startOidcProvider } from './helpers/oidc.ts'
@@ -23,6 +23,7 @@ let browser: Browser
 let base: string
 const domain = `corp-${randomBytes(4).toString('hex')}.test`
 let organizationId: string
+let admin: TestUser
 
 beforeAll(async () => {
   const port = await freePort()
@@ -41,7 +42,7 @@ beforeAll(async () => {
   })
   await t.app.listen({ port, host: '127.0.0.1' })
   // The organization: its admin claims and proves the domain, and connects the provider.
-  const admin = await newUser(t.app, { role: 'admin', email: `admin@${domain}` })
+  admin = await newUser(t.app, { role: 'admin', email: `admin@${domain}` })
   organizationId = admin.organizationId
   const session = await signIn(t.app, admin)
   const post = (url: string, payload?: object) =>
@@ -85,6 +86,32 @@ describe('SSO in Chromium', () => {
 
     const me = await page.evaluate(async () => (await fetch('/api/auth/me')).json())
     expect(me).toMatchObject({ email, organizationId, role: 'member' })
+    await context.close()
+  }, 60_000)
+
+  it('shows the admin the connection, each domain with its TXT record and status, and the switch', async () => {
+    const context = await browser.newContext()
+    const page = await context.newPage()
+    await signInThroughConsole(page, base, admin)
+    await page.goto(`${base}/#/sso`)
+    const verified = page.locator('#sso-domains tr', { hasText: domain })
+    await expect.poll(() => verified.textContent()).toContain('Verified')
+    expect(await verified.textContent()).toContain(`_platform-verification.${domain}`)
+    await expect.poll(() => page.locator('#sso-connections').textContent()).toContain(idp.issuer)
+
+    // A new claim shows the record to publish, pending.
+    const pending = `branch-${randomBytes(3).toString('hex')}.test`
+    await page.getByLabel('Domain', { exact: true }).fill(pending)
+    await page.getByRole('button', { name: 'Claim domain' }).click()
+    const row = page.locator('#sso-domains tr', { hasText: pending })
+    await expect.poll(() => row.textContent()).toContain('Pending')
+    expect(await row.textContent()).toContain(`_platform-verification.${pending}`)
+    expect(await seriousViolations(page)).toEqual([])
+
+    await page.locator('#sso-required').check()
+    await expect
+      .poll(() => t.app.services.orgConfig.getValue(organizationId, 'security.sso-required'))
+      .toBe('true')
     await context.close()
   }, 60_000)
 })
