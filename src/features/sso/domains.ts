@@ -66,6 +66,12 @@ export type TxtLookup = (name: string) => Promise<string[]>
  * no records: the domain stays pending.
  */
 export function txtLookup(servers: readonly string[], timeoutMs = DNS_TIMEOUT_MS): TxtLookup {
+  // An entry node:dns cannot use stops the start, not every later verification.
+  try {
+    if (servers.length > 0) new Resolver().setServers([...servers])
+  } catch (error) {
+    throw new Error(`platform.dns.servers: ${(error as Error).message}`)
+  }
   return async (name) => {
     const resolver = new Resolver({ timeout: timeoutMs, tries: 1 })
     if (servers.length > 0) resolver.setServers([...servers])
