@@ -100,6 +100,7 @@ it('signs a new person up with a provider, links a second provider on the accoun
   const rows = page.locator('#identities tr')
   await expect.poll(() => rows.count()).toBe(2)
   await expect.poll(() => page.locator('#identities').textContent()).toContain('Beta ID')
+  expect(await seriousViolations(page)).toEqual([])
 
   // Signed out, the linked identity signs the same account in (the provider remembers Pat: no login page).
   await page.getByRole('button', { name: 'Sign out', exact: true }).click()

@@ -193,6 +193,22 @@ describe('first sign-in', () => {
     expect((await me(sessionCookies(again))).id).toBe(first.id)
   })
 
+  it('makes one account of two parallel first sign-ins with one identity', async () => {
+    const email = uniqueEmail('twice')
+    const sub = person(acme, { email, email_verified: true })
+    const flows = await Promise.all([start(t.app, 'acme'), start(t.app, 'acme')])
+    const backs: URL[] = []
+    for (const flow of flows) backs.push(await passProviderPages(flow.location.href, sub))
+    const answers = await Promise.all(
+      flows.map((flow, index) => callback(t.app, backs[index] as URL, { oidc_flow: flow.flow })),
+    )
+    expect(answers.map((res) => res.statusCode)).toEqual([302, 302])
+    const [first, second] = await Promise.all(answers.map((res) => me(sessionCookies(res))))
+    expect(second?.id).toBe(first?.id)
+    const accounts = await t.app.db.selectFrom('accounts').select('id').where('email', '=', email).execute()
+    expect(accounts).toHaveLength(1)
+  })
+
   it('refuses an unverified email: 403 OIDC_EMAIL_UNVERIFIED, nothing created', async () => {
     const email = uniqueEmail('unverified')
     const res = await signInAt('acme', acme, person(acme, { email, email_verified: false }))
@@ -345,6 +361,19 @@ describe('the ID token', () => {
 
   it('accepts a well-formed token from the crafting issuer (the checks below are what differ)', async () => {
     expect((await withIdToken(good)).statusCode).toBe(302)
+  })
+
+  it("refuses the provider's error answer (access_denied): 401 OIDC_RESPONSE_INVALID naming it", async () => {
+    const { location, flow } = await start(t.app, 'crafted')
+    const back = new URL(REDIRECT_URI)
+    back.search = new URLSearchParams({
+      error: 'access_denied',
+      state: location.searchParams.get('state') ?? '',
+      iss: crafted.issuer,
+    }).toString()
+    const res = await callback(t.app, back, { oidc_flow: flow })
+    expectProblem(res, 401, 'OIDC_RESPONSE_INVALID')
+    expect(res.json().detail).toMatch(/access_denied/)
   })
 
   it('refuses another nonce: 401 OIDC_RESPONSE_INVALID', async () => {

@@ -18,6 +18,7 @@ export {
   type VerifiedIdentity,
 } from './providers.ts'
 export { oidcFlowRetention } from './retention.ts'
+/** The flow cookie's name, and its setter: a route that starts a flow of its own (returning JSON) sets it too. */
 export { FLOW_COOKIE, setFlowCookie } from './routes.ts'
 export { type CallbackOutcome, FederatedSignIns } from './service.ts'
 

@@ -127,11 +127,12 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
           'OIDC_EMAIL_UNVERIFIED: a new identity whose email the provider did not verify. 403 SIGN_UP_DISABLED: no ' +
           'account has the address and sign-up is off. 409 IDENTITY_NOT_LINKED: an account has the address, but this ' +
           'identity is not linked to it (link it while signed in). 403 ACCESS_DENIED: a link flow finishing outside ' +
-          'the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds.',
+          'the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds. ' +
+          '404 NOT_FOUND: the provider the flow was started for is no longer configured.',
         querystring: CallbackQuery,
         response: {
           302: Redirect('To the frontend'),
-          ...problemResponses(400, 401, 403, 409, 429, 503),
+          ...problemResponses(400, 401, 403, 404, 409, 429, 503),
         },
       },
     },

@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely'
 import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
-import { inTransaction, mapUniqueViolation } from '../../db/database.ts'
+import { inTransaction, isUniqueViolation, mapUniqueViolation } from '../../db/database.ts'
 import type { Database, Tx } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import { PasswordHasher } from '../../security/passwords.ts'
@@ -296,39 +296,48 @@ export class FederatedSignIns {
     const now = clock.now()
     const existing = await findIdentity(db, identity.issuer, identity.subject)
     if (existing) {
-      // An organization's connection signs in to that organization only, whatever the identity is linked to.
-      const { organizationId } = identity.provider
-      if (organizationId !== null && existing.organization_id !== organizationId) {
-        throw new AppError(
-          'SSO_ACCOUNT_IN_OTHER_ORGANIZATION',
-          "This identity belongs to an account of another organization; this organization's connection cannot sign it in",
-        )
-      }
+      sameOrganization(identity, existing.organization_id)
       await touchIdentity(db, existing.id, now)
       return { accountId: existing.account_id, organizationId: existing.organization_id, created: false }
     }
     const kind = registry.kind(identity.ref)
-    const target = await mapUniqueViolation(
-      () =>
-        inTransaction(db, async (trx) => {
-          const decided = await kind.onIdentity(trx, identity)
-          const { row: linked } = await this.#insert(
-            trx,
-            identity,
-            decided.accountId,
-            decided.organizationId,
-            now,
-          )
-          // Two parallel first sign-ins: the identity the other one committed wins.
-          if (linked.account_id !== decided.accountId)
-            throw new AppError('SERVICE_UNAVAILABLE', 'Retry the sign-in')
-          return decided
-        }),
-      notLinked,
-      'accounts_email_key',
+    const target = await this.#afterParallelFirstSignIn(identity, () =>
+      inTransaction(db, async (trx) => {
+        const decided = await kind.onIdentity(trx, identity)
+        const { row: linked } = await this.#insert(
+          trx,
+          identity,
+          decided.accountId,
+          decided.organizationId,
+          now,
+        )
+        // Two parallel first sign-ins: the identity the other one committed wins.
+        if (linked.account_id !== decided.accountId)
+          throw new AppError('SERVICE_UNAVAILABLE', 'Retry the sign-in')
+        return decided
+      }),
     )
     if (target.created) await signUps.deliverTuples()
     return target
+  }
+
+  /**
+   * A first sign-in whose account or identity a parallel one committed meanwhile (a unique index
+   * refused ours): the identity that won signs in; an address taken without it is IDENTITY_NOT_LINKED.
+   */
+  async #afterParallelFirstSignIn(
+    identity: VerifiedIdentity,
+    work: () => Promise<SignInTarget>,
+  ): Promise<SignInTarget> {
+    try {
+      return await work()
+    } catch (error) {
+      if (!isUniqueViolation(error)) throw error
+      const won = await findIdentity(this.#deps.db, identity.issuer, identity.subject)
+      if (!won) throw notLinked()
+      sameOrganization(identity, won.organization_id)
+      return { accountId: won.account_id, organizationId: won.organization_id, created: false }
+    }
   }
 
   #insert(trx: Tx, identity: VerifiedIdentity, accountId: string, organizationId: string, now: Date) {
@@ -342,5 +351,19 @@ export class FederatedSignIns {
       email: identity.email,
       created_at: now,
     })
+  }
+}
+
+/**
+ * An organization's connection signs in to that organization only, whatever account the identity
+ * is linked to (two organizations may connect to one issuer): 403 SSO_ACCOUNT_IN_OTHER_ORGANIZATION.
+ */
+function sameOrganization(identity: VerifiedIdentity, accountOrganizationId: string): void {
+  const { organizationId } = identity.provider
+  if (organizationId !== null && accountOrganizationId !== organizationId) {
+    throw new AppError(
+      'SSO_ACCOUNT_IN_OTHER_ORGANIZATION',
+      "This identity belongs to an account of another organization; this organization's connection cannot sign it in",
+    )
   }
 }
