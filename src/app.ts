@@ -27,6 +27,7 @@ import purchaseRequestsFeature from './features/purchase-requests/index.ts'
 import { retentionRules } from './features/retention.ts'
 import type { CredentialAuthenticator, SessionVersionProvider } from './features/sessions/index.ts'
 import sessionsFeature from './features/sessions/index.ts'
+import ssoFeature from './features/sso/index.ts'
 import webhooksFeature, { type Resolve } from './features/webhooks/index.ts'
 import housekeepingPlugin from './housekeeping/plugin.ts'
 import { validatorFor } from './http/ajv.ts'
@@ -235,6 +236,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(machinePrincipalsFeature)
   await app.register(outboxStatusFeature)
   await app.register(federationFeature)
+  await app.register(ssoFeature)
   if (deps.console) {
     if (config.profile === 'production') throw new Error('the demo console is not served under production')
     // Loaded only when asked for: it bundles the console with esbuild, a development dependency.

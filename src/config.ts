@@ -191,6 +191,8 @@ export const ConfigSchema = Type.Object({
     disableAfter: Duration('72h'),
   }),
   docs: Type.Object({ enabled: Type.Optional(Type.Boolean()) }),
+  /** The DNS resolvers domain proofs are looked up with (host:port); empty: the system's. */
+  dns: Type.Object({ servers: List([]) }),
   metrics: Type.Object({
     /** When set, GET /metrics needs `Authorization: Bearer <token>`; under production it is required. */
     bearerToken: OptionalText(),

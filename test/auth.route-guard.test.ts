@@ -190,6 +190,8 @@ describe('route guard', () => {
     /^\/api\/auth\/(sign-up|email-sign-in)(\/verify)?$/,
     // Sign-in with OpenID Connect providers: the list, a flow's start, the callback, the second factor.
     /^\/api\/auth\/oidc\/(providers|:providerId\/start|callback|second-factor)$/,
+    // Identity-first SSO: an address's organization connection.
+    /^\/api\/auth\/sso\/start$/,
     // The console's pages that mailed links open.
     /^\/(accept-invitation|reset-password|verify-sign-up|email-sign-in|verify-email)$/,
     /^\/health\/(live|ready)$/,

@@ -8,6 +8,7 @@ const WORDS: [RegExp, string][] = [
   [/^sign in\b/, 'sign-in'],
   [/^two factor\b/, 'two-factor'],
   [/^api key\b/, 'API key'],
+  [/^sso\b/, 'SSO'],
 ]
 
 /** "sign_in.failed" → "Sign-in failed", "api_key.created" → "API key created". */

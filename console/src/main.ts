@@ -12,9 +12,10 @@ import { configurationScreen } from './screens/configuration.ts'
 import { outboxScreen } from './screens/outbox.ts'
 import { purchaseRequestScreen, purchaseRequestsScreen } from './screens/purchase-requests.ts'
 import { securityScreen } from './screens/security.ts'
+import { ssoScreen } from './screens/sso.ts'
 import { usersScreen } from './screens/users.ts'
 import { webhookScreen, webhooksScreen } from './screens/webhooks.ts'
-import { setUpSignIn } from './sign-in.ts'
+import { setUpSignIn, setUpSsoSignIn } from './sign-in.ts'
 import { SIGNED_OUT_SCREENS, show } from './signed-out.ts'
 
 // The console: signed out, the sign-in form (and, by the fragment, sign-up and email sign-in);
@@ -53,6 +54,7 @@ const ROUTES: Route[] = [
   { name: 'security', label: 'Security policies', screen: securityScreen, admin: true },
   { name: 'configuration', label: 'Configuration', screen: configurationScreen, admin: true },
   { name: 'outbox', label: 'Outbox', screen: outboxScreen, admin: true },
+  { name: 'sso', label: 'Single sign-on', screen: ssoScreen, admin: true },
 ]
 const HOME = 'account'
 
@@ -328,6 +330,7 @@ for (const item of document.querySelectorAll<HTMLElement>('[data-sign-in]'))
   item.hidden = !flows.includes(item.dataset.signIn ?? '')
 
 const signIn = setUpSignIn(platform, byId('error'))
+setUpSsoSignIn(platform, byId('error'))
 setInterval(tickRelativeTimes, 30_000)
 
 // For the browser's developer tools (and the browser tests): the two clients this page uses.

@@ -107,3 +107,23 @@ async function showProviders(platform: PlatformClient) {
   )
   byId('oidc-providers').hidden = items.length === 0
 }
+
+/**
+ * "Sign in with SSO": the email field's address goes to POST /api/auth/sso/start, and the browser
+ * to its organization's identity provider, which sends it back through the callback signed in.
+ */
+export function setUpSsoSignIn(platform: PlatformClient, alert: HTMLElement) {
+  byId('sso-login').addEventListener('click', () => {
+    const email = byId<HTMLInputElement>('signin-username').value.trim()
+    alert.textContent = ''
+    if (!email) {
+      alert.textContent = 'Enter your email address first.'
+      return
+    }
+    void (async () => {
+      const { data, error } = await platform.api.POST('/api/auth/sso/start', { body: { email } })
+      if (data) location.assign(data.redirectUrl)
+      else alert.textContent = describeError(error)
+    })()
+  })
+}

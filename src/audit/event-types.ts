@@ -43,6 +43,13 @@ export const AUDIT_EVENT_TYPES = [
   'webhook.disabled',
   'identity.linked',
   'identity.unlinked',
+  'sso_connection.created',
+  'sso_connection.updated',
+  'sso_connection.deleted',
+  'sso_domain.added',
+  'sso_domain.verified',
+  'sso_domain.removed',
+  'sso.user_provisioned',
 ] as const
 
 export type AuditEventType = (typeof AUDIT_EVENT_TYPES)[number]

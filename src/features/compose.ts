@@ -58,6 +58,13 @@ import {
   type SessionVersionProvider,
 } from './sessions/index.ts'
 import {
+  CONNECTION_KIND,
+  ConnectionSignIns,
+  SsoAdministration,
+  ssoRequirement,
+  txtLookup,
+} from './sso/index.ts'
+import {
   type Resolve,
   WebhookOutboxWorker,
   Webhooks,
@@ -145,6 +152,10 @@ export interface Services {
   federationRegistry: FederationRegistry
   /** Sign-in and linking with OpenID Connect providers (/api/auth/oidc, /api/account/identities). */
   federation: FederatedSignIns
+  /** An organization's SSO connections and claimed domains (/api/organizations/current/sso). */
+  sso: SsoAdministration
+  /** Routing an address to its organization's connection (/api/auth/sso/start), and that sign-in. */
+  ssoSignIns: ConnectionSignIns
 }
 
 /** The services and what runs beside them (the configuration listener, the API-key use flush). */
@@ -188,6 +199,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     events,
     versions: sessionVersions,
     sessionMaxAge: (organizationId) => securityPolicies.sessionMaxAge(organizationId),
+    // Bound below, once the organization configuration it reads exists.
+    signInPolicy: (user, method) => ssoRequired(user, method),
   })
   const sessionGate = sessionVersions
     ? new SessionGate({
@@ -327,6 +340,21 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   })
   federationRegistry.register('platform', federation.platformKind())
 
+  // Organization single sign-on: connections (client secrets sealed) and DNS-proved domains; a
+  // connection is a provider kind of the OpenID Connect flow (`connection:<id>`).
+  const ssoBox = new SecretBox(jwtSecrets(config), 'sso-client-secret')
+  const sso = new SsoAdministration({
+    audit,
+    db,
+    clock,
+    config,
+    box: ssoBox,
+    lookupTxt: txtLookup(config.dns.servers),
+  })
+  const ssoSignIns = new ConnectionSignIns({ audit, db, clock, box: ssoBox, tuples: authz.tuples })
+  federationRegistry.register(CONNECTION_KIND, ssoSignIns.kind())
+  const ssoRequired = ssoRequirement({ db, configValue: (id, key) => orgConfig.getValue(id, key) })
+
   // Bindings between features.
   if (builtInVersions) events.on('UserSessionsRevokedEvent', bumpSessionVersion(db))
   // Whatever holds credentials' state drops what a revocation names, on every instance.
@@ -378,6 +406,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     outboxStatus: new OutboxStatus({ db, permissions: authz }),
     federationRegistry,
     federation,
+    sso,
+    ssoSignIns,
   }
 
   // Last use of API keys is gathered in memory and written in one batch a minute, and on stop.

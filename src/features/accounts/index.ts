@@ -9,7 +9,13 @@ import emailRoutes from './email-routes.ts'
 import userRoutes from './user-routes.ts'
 
 export { AccountLinks } from './account-links.ts'
-export { accountLocked, type EndOtherSessions, type EndUserSessions } from './accounts.ts'
+export {
+  accountLocked,
+  type EndOtherSessions,
+  type EndUserSessions,
+  normalizeEmail,
+  roleTuple,
+} from './accounts.ts'
 export { EmailChanges } from './email-change.ts'
 export {
   EMAIL_PROOF_PAGES,
@@ -30,6 +36,7 @@ export {
   findOwnAccount,
   findSessionVersion,
   incrementSessionVersion,
+  insertAccountUnlessEmailTaken,
   listAccounts,
   lockAccountOfOrganization,
   settleLoginAttempt,

@@ -38,21 +38,40 @@ export function findAccountsOfOrganization(
     .execute()
 }
 
-export function insertAccount(
+interface NewAccountValues {
+  organizationId: string
+  email: string
+  passwordHash: string
+  role: Role
+  active: boolean
+}
+
+const accountColumns = (values: NewAccountValues) => ({
+  organization_id: values.organizationId,
+  email: values.email,
+  password_hash: values.passwordHash,
+  role: values.role,
+  active: values.active,
+})
+
+export function insertAccount(db: Executor, values: NewAccountValues): Promise<AccountRow> {
+  return db.insertInto('accounts').values(accountColumns(values)).returningAll().executeTakeFirstOrThrow()
+}
+
+/**
+ * Inserts the account unless an account has the address already (any letter case): undefined then,
+ * having waited for a parallel insert of the same address to commit or roll back.
+ */
+export function insertAccountUnlessEmailTaken(
   db: Executor,
-  values: { organizationId: string; email: string; passwordHash: string; role: Role; active: boolean },
-): Promise<AccountRow> {
+  values: NewAccountValues,
+): Promise<AccountRow | undefined> {
   return db
     .insertInto('accounts')
-    .values({
-      organization_id: values.organizationId,
-      email: values.email,
-      password_hash: values.passwordHash,
-      role: values.role,
-      active: values.active,
-    })
+    .values(accountColumns(values))
+    .onConflict((oc) => oc.doNothing())
     .returningAll()
-    .executeTakeFirstOrThrow()
+    .executeTakeFirst()
 }
 
 export interface ClaimedAttempt {

@@ -296,6 +296,7 @@ export class FederatedSignIns {
     const now = clock.now()
     const existing = await findIdentity(db, identity.issuer, identity.subject)
     if (existing) {
+      sameOrganization(identity, existing.organization_id)
       await touchIdentity(db, existing.id, now)
       return { accountId: existing.account_id, organizationId: existing.organization_id, created: false }
     }
@@ -334,6 +335,7 @@ export class FederatedSignIns {
       if (!isUniqueViolation(error)) throw error
       const won = await findIdentity(this.#deps.db, identity.issuer, identity.subject)
       if (!won) throw notLinked()
+      sameOrganization(identity, won.organization_id)
       return { accountId: won.account_id, organizationId: won.organization_id, created: false }
     }
   }
@@ -349,5 +351,19 @@ export class FederatedSignIns {
       email: identity.email,
       created_at: now,
     })
+  }
+}
+
+/**
+ * An organization's connection signs in to that organization only, whatever account the identity
+ * is linked to (two organizations may connect to one issuer): 403 SSO_ACCOUNT_IN_OTHER_ORGANIZATION.
+ */
+function sameOrganization(identity: VerifiedIdentity, accountOrganizationId: string): void {
+  const { organizationId } = identity.provider
+  if (organizationId !== null && accountOrganizationId !== organizationId) {
+    throw new AppError(
+      'SSO_ACCOUNT_IN_OTHER_ORGANIZATION',
+      "This identity belongs to an account of another organization; this organization's connection cannot sign it in",
+    )
   }
 }

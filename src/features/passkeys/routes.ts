@@ -170,7 +170,7 @@ const passkeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary:
           'Sign in with a passkey alone (it is two factors: a device and its user verification); sets the session cookies',
         body: PasskeyAssertionBody,
-        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429) },
+        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 403, 429) },
       },
     },
     async (request, reply) => {

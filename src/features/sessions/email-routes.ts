@@ -97,7 +97,7 @@ const emailRoutes: FastifyPluginAsyncTypebox = async (app) => {
         body: EmailProofBody,
         response: {
           200: withSessionCookies(SessionResponse),
-          ...problemResponses(400, 404, 409, 429),
+          ...problemResponses(400, 403, 404, 409, 429),
         },
       },
     },
@@ -166,7 +166,7 @@ const emailRoutes: FastifyPluginAsyncTypebox = async (app) => {
         body: EmailSignInVerification,
         response: {
           200: withSessionCookies(SessionResponse),
-          ...problemResponses(400, 401, 404, 429),
+          ...problemResponses(400, 401, 403, 404, 429),
         },
       },
     },

@@ -25,6 +25,7 @@ export {
   type PendingSession,
   SessionService,
   type SignInMethod,
+  type SignInPolicy,
 } from './service.ts'
 export { SessionGate } from './session-gate.ts'
 export { accountSessionVersions, bumpSessionVersion, type SessionVersionProvider } from './session-version.ts'

@@ -44,7 +44,7 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary:
           'Sign in with email and password (and the OTP code or a passkey when OTP is on); sets the session cookies',
         body: LoginRequest,
-        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429) },
+        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 403, 429) },
       },
     },
     async (request, reply) => {

@@ -62,6 +62,15 @@ export interface ClientInfo {
   ipAddress: string | null
 }
 
+/**
+ * A rule a sign-in must pass before its session starts, once the credentials were proved (so its
+ * refusal says nothing about whether an account exists): throws an AppError to refuse.
+ */
+export type SignInPolicy = (
+  user: { userId: string; organizationId: string },
+  signInMethod: SignInMethod,
+) => Promise<void>
+
 export interface SessionServiceDeps {
   audit: AuditTrail
   db: Kysely<Database>
@@ -75,6 +84,8 @@ export interface SessionServiceDeps {
    * `security.session-max-age` policy); null when it sets none.
    */
   sessionMaxAge?: (organizationId: string) => Promise<number | null>
+  /** Checked before every session starts (organization SSO enforcement); none: every sign-in passes. */
+  signInPolicy?: SignInPolicy | undefined
 }
 
 /** A session made in a caller's transaction, whose tokens are issued once that commits (`issue`). */
@@ -140,6 +151,7 @@ export class SessionService {
     signInMethod: SignInMethod = 'password',
   ): Promise<IssuedSession> {
     const { db, clock, config } = this.#deps
+    await this.#deps.signInPolicy?.(user, signInMethod)
     const now = clock.now()
     const refresh = newOpaqueToken()
     const expiresAt = addSeconds(now, config.auth.session.absoluteTtl)
