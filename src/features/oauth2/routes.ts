@@ -134,7 +134,11 @@ const oauthRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.addHook('onRoute', (route) => {
     const response = (route.schema?.response ?? {}) as Record<string, unknown>
     delete response['415']
-    for (const status of ['400', '413', '500']) response[status] ??= oauthError('An OAuth 2.0 error')
+    for (const status of ['400', '413', '500']) {
+      const documented = response[status] as { content?: Record<string, unknown> } | undefined
+      if (documented && !documented.content?.['application/json'])
+        response[status] = oauthError('An OAuth 2.0 error')
+    }
   })
 
   app.setErrorHandler(async (error: FastifyError, request, reply) => {

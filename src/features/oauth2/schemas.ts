@@ -43,7 +43,10 @@ export const TokenResponse = Type.Object(
     expires_in: Type.Integer(),
     scope: Type.String({ description: 'The granted scopes, space-separated' }),
   },
-  { title: 'OAuthTokenResponse' },
+  {
+    title: 'OAuthTokenResponse',
+    description: 'The access token (RFC 6749 section 5.1); Cache-Control: no-store',
+  },
 )
 
 export const IntrospectionRequest = Type.Object(
@@ -72,7 +75,10 @@ export const IntrospectionResponse = Type.Object(
     token_type: Type.Optional(Type.Literal('Bearer')),
     org: Type.Optional(Type.String({ description: 'The organization of a user’s token' })),
   },
-  { title: 'OAuthIntrospectionResponse' },
+  {
+    title: 'OAuthIntrospectionResponse',
+    description: 'What the token is (RFC 7662); only `active` when it is expired, revoked or unreadable',
+  },
 )
 
 const PublicJwk = Type.Object(
