@@ -8,7 +8,8 @@
 // (where the reach, which needs two processes on one database, is skipped); then the audit export
 // (test/bench/audit-export.ts): the service's memory while it streams 100,000 events
 // (BENCH_AUDIT_EVENTS), PostgreSQL only. BENCH_ONLY, a regular expression, picks scenarios by name:
-// `BENCH_ONLY=revocation` runs the reach alone, `BENCH_ONLY='audit export'` the export.
+// `BENCH_ONLY=revocation` runs the reach alone, `BENCH_ONLY='audit export'` the export, `BENCH_ONLY=oauth2`
+// the OAuth 2.0 section (test/bench/oauth2.ts).
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -22,6 +23,7 @@ import { freePort } from '../../src/lifecycle.ts'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode, START_NODE_FLAGS } from '../helpers/process.ts'
 import { AUDIT_EXPORT, exportLine, GROWTH_GOAL_MB, measureAuditExport } from './audit-export.ts'
+import { measureTokenEndpoints, measureVerification, OAUTH2 } from './oauth2.ts'
 import { measureRevocationReach, REVOCATION_REACH, reachLine } from './revocation-reach.ts'
 import { BENCH_USER, type Scenario, type Seed, scenarios } from './scenarios.ts'
 
@@ -236,6 +238,7 @@ async function main() {
   const table = !only || scenarios.some((s) => only.test(s.name))
   const reach = !only || only.test(REVOCATION_REACH)
   const exporting = !only || only.test(AUDIT_EXPORT)
+  const oauth2 = !only || only.test(OAUTH2)
   const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-bench-'))
   const serverUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL
   const benchDb = `platform_bench_${randomBytes(4).toString('hex')}`
@@ -266,6 +269,7 @@ async function main() {
     if (table) await runTable(appEnv, serverUrl, benchDb, dataDir, only)
     if (reach) await runReach(appEnv, serverUrl, dataDir)
     if (exporting) await runExport(appEnv, serverUrl, dataDir)
+    if (oauth2) await runOAuth2(appEnv)
   } finally {
     if (serverUrl) await adminQuery(serverUrl, `drop database if exists ${benchDb} with (force)`)
     await rm(dataDir, { recursive: true, force: true })
@@ -470,6 +474,20 @@ async function runExport(appEnv: Record<string, string>, serverUrl: string | und
   )
   process.stdout.write(`${exportLine(figure)}\n`)
   if (figure.rssPeakMb - figure.rssBeforeMb >= GROWTH_GOAL_MB) process.exitCode = 1
+}
+
+/** OAuth 2.0 for machines (test/bench/oauth2.ts): the token endpoints, Ory Hydra's, and signature verification. */
+async function runOAuth2(appEnv: Record<string, string>) {
+  process.stdout.write(
+    `\nnpm run bench: ${OAUTH2}, ${duration}s each, ${connections} connections, Node ${process.version}\n\n`,
+  )
+  const lines = await measureTokenEndpoints(
+    appEnv,
+    (env) => start('test/bench/bench-server.ts', env, SERVICE_NODE_FLAGS),
+    connections,
+    duration,
+  )
+  for (const line of [...lines, ...(await measureVerification())]) process.stdout.write(`${line}\n`)
 }
 
 await main()
