@@ -417,6 +417,41 @@ describe('POST /oauth2/introspect', () => {
   })
 })
 
+describe('logs', () => {
+  it('never hold a client secret or an issued token, however the client authenticated', async () => {
+    const client = await newClient(['files:read', 'tokens:introspect'])
+    const viaBasic = await post(
+      '/oauth2/token',
+      { grant_type: 'client_credentials' },
+      { headers: { authorization: basic(client.clientId, client.clientSecret) } },
+    )
+    const viaForm = await post('/oauth2/token', {
+      grant_type: 'client_credentials',
+      client_id: client.clientId,
+      client_secret: client.clientSecret,
+    })
+    await post('/oauth2/introspect', {
+      token: viaBasic.json().access_token,
+      client_id: client.clientId,
+      client_secret: client.clientSecret,
+    })
+    await post('/oauth2/token', {
+      grant_type: 'client_credentials',
+      client_id: client.clientId,
+      client_secret: 'wrong-secret-x',
+    })
+    const logs = t.logs.text()
+    expect(logs).toContain('/oauth2/token')
+    for (const secret of [
+      client.clientSecret,
+      viaBasic.json().access_token,
+      viaForm.json().access_token,
+      'wrong-secret-x',
+    ])
+      expect(logs).not.toContain(secret)
+  })
+})
+
 describe('GET /.well-known/*', () => {
   it('publishes the public key only (no d, p, q), with caching headers', async () => {
     const res = await t.app.inject('/.well-known/jwks.json')
