@@ -19,7 +19,7 @@ import { runNode } from '../helpers/process.ts'
 // seen once (the service caches verified tokens, so a repeated token costs a lookup whatever its
 // algorithm).
 
-export const OAUTH2 = 'oauth2 token endpoints and signature verification'
+export const OAUTH2 = 'machine tokens: token endpoints and signature verification'
 
 /** Where test/bench/hydra-build.sh puts the binary (HYDRA_BIN overrides). */
 export const HYDRA_BIN = process.env.HYDRA_BIN ?? path.join(homedir(), '.cache/platform-core/hydra-bin/hydra')

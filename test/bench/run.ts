@@ -8,7 +8,7 @@
 // (where the reach, which needs two processes on one database, is skipped); then the audit export
 // (test/bench/audit-export.ts): the service's memory while it streams 100,000 events
 // (BENCH_AUDIT_EVENTS), PostgreSQL only. BENCH_ONLY, a regular expression, picks scenarios by name:
-// `BENCH_ONLY=revocation` runs the reach alone, `BENCH_ONLY='audit export'` the export, `BENCH_ONLY=oauth2`
+// `BENCH_ONLY=revocation` runs the reach alone, `BENCH_ONLY='audit export'` the export, `BENCH_ONLY='machine tokens'`
 // the OAuth 2.0 section (test/bench/oauth2.ts).
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
@@ -251,6 +251,7 @@ async function main() {
     ...PROFILED,
     // The limits would otherwise stop the login and refresh scenarios after a few requests.
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
+    PLATFORM_AUTH_RATE_LIMIT_SERVICE_TOKEN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_RESET_PER_HOUR: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_RESET_PER_MINUTE: '1000000000',
