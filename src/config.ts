@@ -1,6 +1,5 @@
 import { type Static, type TObject, type TSchema, Type } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
-import { parseSigningKey, parseSigningKeys, type SigningKey } from './security/signing-keys.ts'
 
 // The whole configuration surface as one TypeBox schema. Each leaf's
 // dotted property name is derived from its path: `auth.jwt.accessTokenTtl` is
@@ -414,40 +413,6 @@ export function jwtSecrets(config: Config): Buffer[] {
   ]
 }
 
-export const SIGNING_KEY = 'platform.auth.jwt.signing-key'
-export const PREVIOUS_SIGNING_KEYS = 'platform.auth.jwt.previous-signing-keys'
-
-/**
- * The asymmetric signing keys, current first, or null under HS256. The current key must be a private
- * key of the configured algorithm; previous keys (private or public) only verify.
- */
-export function signingKeys(
-  config: Pick<RawConfig, 'auth'>,
-): { current: SigningKey; previous: SigningKey[] } | null {
-  const { algorithm, signingKey, previousSigningKeys } = config.auth.jwt
-  if (algorithm === 'HS256') return null
-  if (signingKey === undefined) {
-    throw new ConfigError(SIGNING_KEY, `is required when platform.auth.jwt.algorithm is ${algorithm}`)
-  }
-  const parsed = (property: string, parse: () => SigningKey[]) => {
-    try {
-      return parse()
-    } catch (error) {
-      throw new ConfigError(property, (error as Error).message)
-    }
-  }
-  const [current] = parsed(SIGNING_KEY, () => [parseSigningKey(signingKey)]) as [SigningKey]
-  if (current.privatePem === undefined) throw new ConfigError(SIGNING_KEY, 'must be a private key')
-  if (current.algorithm !== algorithm) {
-    throw new ConfigError(SIGNING_KEY, `is a ${current.algorithm} key, not one for ${algorithm}`)
-  }
-  const previous =
-    previousSigningKeys === undefined
-      ? []
-      : parsed(PREVIOUS_SIGNING_KEYS, () => parseSigningKeys(previousSigningKeys))
-  return { current, previous: previous.filter((key) => key.kid !== current.kid) }
-}
-
 /** Decodes a base64 JWT secret, or explains why it is not acceptable. */
 export function decodeJwtSecret(secret: string, property = 'platform.auth.jwt.secret'): Buffer {
   const text = secret.trim()
@@ -513,7 +478,6 @@ export function loadConfig(source: ConfigSource): Config {
   if (config.auth.cookie.sameSite === 'None' && !config.auth.cookie.secure) {
     throw new ConfigError('platform.auth.cookie.same-site', 'None requires platform.auth.cookie.secure=true')
   }
-  signingKeys(config)
   const frontendUrl = config.web.frontendUrl ?? config.web.publicUrl
   return {
     ...config,

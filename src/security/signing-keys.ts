@@ -1,9 +1,10 @@
 import { createHash, createPrivateKey, createPublicKey, type JsonWebKey, type KeyObject } from 'node:crypto'
+import { type Config, ConfigError } from '../config.ts'
 
 // Asymmetric signing keys of access tokens (ES256 on P-256, EdDSA on Ed25519): parsed from PEM or
 // JWK with node:crypto, named by their RFC 7638 thumbprint (the `kid` of every token they sign),
-// and published as public JWKs only. Nothing here knows the configuration: config.ts names the
-// property at fault when a key is refused.
+// and published as public JWKs only. A key refused stops start-up naming its property (a
+// ConfigError from `signingKeys`, when the access tokens are built).
 
 export type AsymmetricAlgorithm = 'ES256' | 'EdDSA'
 
@@ -101,4 +102,38 @@ export function parseSigningKeys(text: string): SigningKey[] {
   const blocks = trimmed.match(/-----BEGIN [A-Z ]+-----[\s\S]+?-----END [A-Z ]+-----/g)
   if (!blocks) throw new Error('holds no PEM block')
   return blocks.map(parseSigningKey)
+}
+
+export const SIGNING_KEY = 'platform.auth.jwt.signing-key'
+export const PREVIOUS_SIGNING_KEYS = 'platform.auth.jwt.previous-signing-keys'
+
+/**
+ * The asymmetric signing keys, current first, or null under HS256. The current key must be a private
+ * key of the configured algorithm; previous keys (private or public) only verify.
+ */
+export function signingKeys(
+  config: Pick<Config, 'auth'>,
+): { current: SigningKey; previous: SigningKey[] } | null {
+  const { algorithm, signingKey, previousSigningKeys } = config.auth.jwt
+  if (algorithm === 'HS256') return null
+  if (signingKey === undefined) {
+    throw new ConfigError(SIGNING_KEY, `is required when platform.auth.jwt.algorithm is ${algorithm}`)
+  }
+  const parsed = (property: string, parse: () => SigningKey[]) => {
+    try {
+      return parse()
+    } catch (error) {
+      throw new ConfigError(property, (error as Error).message)
+    }
+  }
+  const [current] = parsed(SIGNING_KEY, () => [parseSigningKey(signingKey)]) as [SigningKey]
+  if (current.privatePem === undefined) throw new ConfigError(SIGNING_KEY, 'must be a private key')
+  if (current.algorithm !== algorithm) {
+    throw new ConfigError(SIGNING_KEY, `is a ${current.algorithm} key, not one for ${algorithm}`)
+  }
+  const previous =
+    previousSigningKeys === undefined
+      ? []
+      : parsed(PREVIOUS_SIGNING_KEYS, () => parseSigningKeys(previousSigningKeys))
+  return { current, previous: previous.filter((key) => key.kid !== current.kid) }
 }

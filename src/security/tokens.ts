@@ -2,9 +2,9 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto'
 import { createSigner, createVerifier } from 'fast-jwt'
 import { LRUCache } from 'lru-cache'
 import { type Clock, epochSeconds } from '../clock.ts'
-import { type Config, jwtSecrets, signingKeys } from '../config.ts'
+import { type Config, jwtSecrets } from '../config.ts'
 import { isUuid } from '../uuid.ts'
-import type { PublicJwk } from './signing-keys.ts'
+import { type PublicJwk, signingKeys } from './signing-keys.ts'
 
 export interface UserTokenClaims {
   sub: string
