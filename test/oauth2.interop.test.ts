@@ -67,16 +67,20 @@ async function newClient(scopes: string[]) {
 
 const insecure = { execute: [oidc.allowInsecureRequests] }
 
+/** openid-client's configuration from the discovery document, authenticating with HTTP Basic. */
+const discoverWithBasic = (client: { clientId: string; clientSecret: string }) =>
+  oidc.discovery(
+    new URL(base),
+    client.clientId,
+    undefined,
+    oidc.ClientSecretBasic(client.clientSecret),
+    insecure,
+  )
+
 describe('openid-client', () => {
   it('discovers the server, gets a token by client_secret_basic, and a jose-only resource server accepts it', async () => {
     const client = await newClient(['files:read', 'purchase_requests:read'])
-    const config = await oidc.discovery(
-      new URL(base),
-      client.clientId,
-      undefined,
-      oidc.ClientSecretBasic(client.clientSecret),
-      insecure,
-    )
+    const config = await discoverWithBasic(client)
     const tokens = await oidc.clientCredentialsGrant(config, { scope: 'files:read' })
     expect(tokens).toMatchObject({ token_type: 'bearer', expires_in: 720, scope: 'files:read' })
 
@@ -117,13 +121,7 @@ describe('openid-client', () => {
       insecure,
     )
     const { access_token } = await oidc.clientCredentialsGrant(clientConfig)
-    const config = await oidc.discovery(
-      new URL(base),
-      introspector.clientId,
-      undefined,
-      oidc.ClientSecretBasic(introspector.clientSecret),
-      insecure,
-    )
+    const config = await discoverWithBasic(introspector)
     expect(await oidc.tokenIntrospection(config, access_token)).toMatchObject({
       active: true,
       sub: client.id,

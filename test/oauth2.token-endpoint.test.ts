@@ -58,6 +58,15 @@ function post(
 const decode = (part: string | undefined) =>
   JSON.parse(Buffer.from(part ?? '', 'base64url').toString('utf8')) as Record<string, unknown>
 
+/** POST /api/auth/service-token, the JSON endpoint, from an address of its own. */
+const jsonServiceToken = (client: { clientId: string; clientSecret: string }) =>
+  t.app.inject({
+    method: 'POST',
+    url: '/api/auth/service-token',
+    payload: { clientId: client.clientId, clientSecret: client.clientSecret },
+    remoteAddress: nextAddress(),
+  })
+
 const scoped = (token: string) =>
   t.app.inject({ method: 'GET', url: '/api/test/scoped', headers: { authorization: `Bearer ${token}` } })
 
@@ -142,12 +151,7 @@ describe('POST /oauth2/token', () => {
 
   it('issues the same kind of token from POST /api/auth/service-token', async () => {
     const client = await newClient()
-    const res = await t.app.inject({
-      method: 'POST',
-      url: '/api/auth/service-token',
-      payload: { clientId: client.clientId, clientSecret: client.clientSecret },
-      remoteAddress: nextAddress(),
-    })
+    const res = await jsonServiceToken(client)
     expect(res.statusCode).toBe(200)
     const [header, payload] = res.json().accessToken.split('.')
     expect(decode(header)).toMatchObject({ alg: 'ES256', typ: 'at+jwt' })
@@ -271,13 +275,7 @@ describe('POST /oauth2/token', () => {
   it('shares the JSON endpoint’s per-client allowance, answering 429 with Retry-After in the RFC shape', async () => {
     const client = await newClient()
     for (let i = 0; i < 2; i++) {
-      const json = await t.app.inject({
-        method: 'POST',
-        url: '/api/auth/service-token',
-        payload: { clientId: client.clientId, clientSecret: client.clientSecret },
-        remoteAddress: nextAddress(),
-      })
-      expect(json.statusCode).toBe(200)
+      expect((await jsonServiceToken(client)).statusCode).toBe(200)
     }
     const auth = { authorization: basic(client.clientId, client.clientSecret) }
     for (let i = 0; i < 2; i++) {

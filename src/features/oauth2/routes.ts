@@ -25,6 +25,13 @@ const oauthError = (description: string) => ({
   content: { 'application/json': { schema: OAuthErrorBody } },
 })
 
+/** The answers of a failed client authentication, a request over the allowance and a dependency down. */
+const refusals = (unauthenticated: string, limited: string) => ({
+  401: oauthError(unauthenticated),
+  429: oauthError(`temporarily_unavailable: ${limited} (Retry-After)`),
+  503: oauthError('temporarily_unavailable'),
+})
+
 /** RFC 6749 2.3.1: Basic credentials are form-encoded before they are base64-encoded. */
 function formDecode(text: string): string {
   return decodeURIComponent(text.replaceAll('+', ' '))
@@ -178,9 +185,10 @@ const oauthRoutes: FastifyPluginAsyncTypebox = async (app) => {
           400: oauthError(
             'invalid_request, unauthorized_client (a disabled client), unsupported_grant_type, invalid_scope',
           ),
-          401: oauthError('invalid_client; WWW-Authenticate names Basic when Basic was used'),
-          429: oauthError('temporarily_unavailable: too many requests (Retry-After)'),
-          503: oauthError('temporarily_unavailable'),
+          ...refusals(
+            'invalid_client; WWW-Authenticate names Basic when Basic was used',
+            'too many requests',
+          ),
         },
       },
     },
@@ -218,10 +226,11 @@ const oauthRoutes: FastifyPluginAsyncTypebox = async (app) => {
         response: {
           200: IntrospectionResponse,
           400: oauthError('invalid_request'),
-          401: oauthError('invalid_client: no or failed client authentication'),
           403: oauthError('insufficient_scope: the caller does not hold tokens:introspect'),
-          429: oauthError('temporarily_unavailable: too many failed client authentications (Retry-After)'),
-          503: oauthError('temporarily_unavailable'),
+          ...refusals(
+            'invalid_client: no or failed client authentication',
+            'too many failed client authentications',
+          ),
         },
       },
     },
