@@ -4,6 +4,7 @@ import type { InjectOptions } from 'fastify'
 import { exportPKCS8, generateKeyPair } from 'jose'
 import { describe, expect, it } from 'vitest'
 import { keyId } from '../src/security/tokens.ts'
+import { FAST_LOGIN_CONFIG, signInNewUser } from './helpers/accounts.ts'
 import { useTestApp } from './helpers/app.ts'
 import { protectedTestRoutes } from './helpers/machines.ts'
 
@@ -16,6 +17,9 @@ const ISSUER = 'https://auth.example.test'
 
 const t = useTestApp({
   config: {
+    ...FAST_LOGIN_CONFIG,
+    // Introspection then reports a user token whose sessions were ended as inactive.
+    'platform.auth.session-version.enabled': 'true',
     'platform.auth.jwt.algorithm': 'ES256',
     'platform.auth.jwt.signing-key': await exportPKCS8(privateKey),
     'platform.auth.jwt.issuer': ISSUER,
@@ -381,6 +385,29 @@ describe('POST /oauth2/introspect', () => {
       client_secret: caller.clientSecret,
     })
     expect(form.json()).toMatchObject({ active: true })
+  })
+
+  it('describes a user’s access token with its organization, and finds it inactive once the sessions end', async () => {
+    const headers = await introspector()
+    const session = await signInNewUser(t.app)
+    const active = await post('/oauth2/introspect', { token: session.access }, { headers })
+    expect(active.json()).toMatchObject({
+      active: true,
+      sub: session.userId,
+      org: session.organizationId,
+      aud: 'platform-user',
+      iss: ISSUER,
+    })
+    expect(active.json().client_id).toBeUndefined()
+    const ended = await t.app.inject({
+      method: 'POST',
+      url: '/api/auth/logout-all',
+      cookies: { access_token: session.access },
+    })
+    expect(ended.statusCode).toBeLessThan(300)
+    expect((await post('/oauth2/introspect', { token: session.access }, { headers })).json()).toEqual({
+      active: false,
+    })
   })
 
   it('answers 401 invalid_client without client authentication or with a wrong secret', async () => {
