@@ -13,6 +13,7 @@ import type { EventBus } from './events.ts'
 import type { PasswordResetHandler } from './features/accounts/index.ts'
 import accountsFeature from './features/accounts/index.ts'
 import auditEventsFeature from './features/audit-events/index.ts'
+import federationFeature from './features/federation/index.ts'
 import filesFeature from './features/files/index.ts'
 import machinePrincipalsFeature from './features/machine-principals/index.ts'
 import oauth2Feature from './features/oauth2/index.ts'
@@ -232,6 +233,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(webhooksFeature)
   await app.register(machinePrincipalsFeature)
   await app.register(outboxStatusFeature)
+  await app.register(federationFeature)
   await app.register(oauth2Feature)
   if (deps.console) {
     if (config.profile === 'production') throw new Error('the demo console is not served under production')

@@ -146,6 +146,12 @@ export const ConfigSchema = Type.Object({
     }),
     // Opt-in: email a user who signs in from a device (User-Agent) the account has not used before.
     newDeviceNotice: Type.Object({ enabled: Type.Boolean({ default: false }) }),
+    /**
+     * Deployment-wide OpenID Connect providers ("Continue with …"): a JSON array of
+     * `{id, issuer, clientId, clientSecret, name?, scopes?, emailVerifiedClaim?}`, parsed and checked
+     * at start-up (`oidcProviders`).
+     */
+    oidc: Type.Object({ providers: Type.String({ default: '[]' }) }),
   }),
   datasource: Type.Object({
     url: Url(),
@@ -222,10 +228,11 @@ export const ConfigSchema = Type.Object({
 type RawConfig = Static<typeof ConfigSchema>
 
 /** The validated configuration; derived defaults (frontend URL, docs switch) are filled in. */
-export type Config = RawConfig & {
+export type Config = Omit<RawConfig, 'auth'> & {
   web: RawConfig['web'] & { frontendUrl: string }
-  auth: RawConfig['auth'] & {
+  auth: Omit<RawConfig['auth'], 'oidc'> & {
     passkeys: RawConfig['auth']['passkeys'] & { rpId: string; origins: string[] }
+    oidc: { providers: OidcProviderSetting[] }
   }
   docs: { enabled: boolean }
 }
@@ -482,7 +489,11 @@ export function loadConfig(source: ConfigSource): Config {
   return {
     ...config,
     web: { ...config.web, frontendUrl },
-    auth: { ...config.auth, passkeys: relyingParty(config.auth.passkeys, config.web.publicUrl, frontendUrl) },
+    auth: {
+      ...config.auth,
+      passkeys: relyingParty(config.auth.passkeys, config.web.publicUrl, frontendUrl),
+      oidc: { providers: oidcProviders(config.auth.oidc.providers, config.profile) },
+    },
     docs: { enabled: config.docs.enabled ?? config.profile !== 'production' },
   }
 }
@@ -525,4 +536,97 @@ function relyingParty(
     }
   }
   return { ...passkeys, rpId, origins: [...new Set(origins.map((url) => url.origin))] }
+}
+
+// Deployment-wide OpenID Connect providers.
+
+const OIDC_PROVIDERS = 'platform.auth.oidc.providers'
+
+const OidcProviderEntry = Type.Object(
+  {
+    id: Type.String({ pattern: '^[a-z0-9][a-z0-9-]{0,62}$' }),
+    issuer: Type.String({ minLength: 1 }),
+    clientId: Type.String({ minLength: 1 }),
+    clientSecret: Type.String({ minLength: 1 }),
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    scopes: Type.Optional(Type.Array(Type.String({ pattern: '^[\\x21\\x23-\\x5B\\x5D-\\x7E]+$' }))),
+    emailVerifiedClaim: Type.Optional(Type.Union([Type.Literal('email_verified'), Type.Literal('xms_edov')])),
+  },
+  { additionalProperties: false },
+)
+
+/** A provider as the service uses it: the presets' name and email-verification claim filled in. */
+export interface OidcProviderSetting {
+  id: string
+  issuer: string
+  clientId: string
+  clientSecret: string
+  name: string
+  scopes: string[]
+  /** `xms_edov` for Microsoft Entra (its `email` claim is not verified by itself), else `email_verified`. */
+  emailVerifiedClaim: 'email_verified' | 'xms_edov'
+}
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', '[::1]', 'localhost'])
+
+/**
+ * Why an OpenID Connect issuer is not acceptable, or null: issuers are https, except that the
+ * development and test profiles accept `http://` on a loopback address (local identity providers).
+ */
+export function oidcIssuerProblem(issuer: string, profile: Config['profile']): string | null {
+  let url: URL
+  try {
+    url = new URL(issuer)
+  } catch {
+    return `has an issuer that is not a URL: ${issuer}`
+  }
+  if (url.search || url.hash) return `has an issuer with a query or fragment: ${issuer}`
+  if (url.protocol === 'https:') return null
+  const loopbackHttp = profile === 'development' || profile === 'test'
+  if (url.protocol === 'http:' && loopbackHttp && LOOPBACK_HOSTS.has(url.hostname)) return null
+  return `has an issuer that is not https${loopbackHttp ? ' (nor http on a loopback address)' : ''}: ${issuer}`
+}
+
+/**
+ * The providers' presets: Google (`https://accounts.google.com`) and Microsoft Entra
+ * (`https://login.microsoftonline.com/<tenant>/v2.0`), whose email counts as verified only with
+ * the `xms_edov` claim. Everything else defaults to the id as name and `email_verified`.
+ */
+function oidcPreset(issuer: string): { name?: string; emailVerifiedClaim?: 'xms_edov' } {
+  const host = URL.canParse(issuer) ? new URL(issuer).hostname : ''
+  if (host === 'accounts.google.com') return { name: 'Google' }
+  if (host === 'login.microsoftonline.com') return { name: 'Microsoft', emailVerifiedClaim: 'xms_edov' }
+  return {}
+}
+
+function oidcProviders(text: string, profile: Config['profile']): OidcProviderSetting[] {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(text)
+  } catch {
+    throw new ConfigError(OIDC_PROVIDERS, 'must be a JSON array of {id, issuer, clientId, clientSecret}')
+  }
+  if (!Array.isArray(parsed)) {
+    throw new ConfigError(OIDC_PROVIDERS, 'must be a JSON array of {id, issuer, clientId, clientSecret}')
+  }
+  const seen = new Set<string>()
+  return parsed.map((entry, index) => {
+    const error = Value.Errors(OidcProviderEntry, entry).First()
+    if (error) throw new ConfigError(OIDC_PROVIDERS, `[${index}]${error.path} ${error.message.toLowerCase()}`)
+    const provider = entry as Static<typeof OidcProviderEntry>
+    if (seen.has(provider.id)) throw new ConfigError(OIDC_PROVIDERS, `names the id ${provider.id} twice`)
+    seen.add(provider.id)
+    const problem = oidcIssuerProblem(provider.issuer, profile)
+    if (problem) throw new ConfigError(OIDC_PROVIDERS, `[${index}] ${problem}`)
+    const preset = oidcPreset(provider.issuer)
+    return {
+      id: provider.id,
+      issuer: provider.issuer,
+      clientId: provider.clientId,
+      clientSecret: provider.clientSecret,
+      name: provider.name ?? preset.name ?? provider.id,
+      scopes: provider.scopes ?? ['openid', 'email', 'profile'],
+      emailVerifiedClaim: provider.emailVerifiedClaim ?? preset.emailVerifiedClaim ?? 'email_verified',
+    }
+  })
 }

@@ -43,6 +43,15 @@ export const ErrorCatalogue = {
   HEADERS_TOO_LARGE: { status: 431, title: 'Request header fields too large' },
   INTERNAL_ERROR: { status: 500, title: 'Internal error' },
   SERVICE_UNAVAILABLE: { status: 503, title: 'Service unavailable' },
+  // Sign-in through OpenID Connect providers, and the identities linked to an account.
+  OIDC_STATE_INVALID: { status: 400, title: 'Sign-in flow unknown, expired or used' },
+  OIDC_RESPONSE_INVALID: { status: 401, title: "Identity provider's answer refused" },
+  OIDC_EMAIL_UNVERIFIED: { status: 403, title: 'Email address not verified by the identity provider' },
+  SIGN_UP_DISABLED: { status: 403, title: 'Sign-up is not enabled' },
+  REAUTHENTICATION_REQUIRED: { status: 403, title: 'Recent sign-in required' },
+  IDENTITY_NOT_LINKED: { status: 409, title: 'Identity not linked to the account' },
+  IDENTITY_ALREADY_LINKED: { status: 409, title: 'Identity linked to another account' },
+  LAST_SIGN_IN_METHOD: { status: 409, title: 'Last way to sign in' },
 } as const satisfies Record<string, { status: number; title: string }>
 
 export type ErrorCode = keyof typeof ErrorCatalogue

@@ -246,8 +246,8 @@ describe('password-reset handler extension point', () => {
       request: async (email) => {
         calls.push(['request', email])
       },
-      confirm: async (token, newPassword) => {
-        calls.push(['confirm', token, newPassword])
+      confirm: async (proof, newPassword) => {
+        calls.push(['confirm', proof, newPassword])
       },
     }
     const custom = await createTestApp({
@@ -269,7 +269,7 @@ describe('password-reset handler extension point', () => {
       expect(confirmed.json()).toEqual({})
       expect(calls).toEqual([
         ['request', user.email],
-        ['confirm', 'token-from-my-own-email', NEW_PASSWORD],
+        ['confirm', { token: 'token-from-my-own-email' }, NEW_PASSWORD],
       ])
 
       // The built-in reset did nothing: no email queued, and the password is unchanged.

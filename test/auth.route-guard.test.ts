@@ -188,6 +188,8 @@ describe('route guard', () => {
     /^\/api\/auth\/(login|refresh|logout|service-token|password-reset\/request|password-reset\/confirm)$/,
     /^\/api\/auth\/passkeys\/authentication(\/options)?$/,
     /^\/api\/auth\/(sign-up|email-sign-in)(\/verify)?$/,
+    // Sign-in with OpenID Connect providers: the list, a flow's start, the callback, the second factor.
+    /^\/api\/auth\/oidc\/(providers|:providerId\/start|callback|second-factor)$/,
     // The console's pages that mailed links open.
     /^\/(accept-invitation|reset-password|verify-sign-up|email-sign-in|verify-email)$/,
     /^\/health\/(live|ready)$/,

@@ -414,4 +414,92 @@ describe('password links in the console', () => {
     expect(errors).toEqual([])
     await context.close()
   }, 60_000)
+
+  it('resets a forgotten password with the mailed code, typed in the console', async () => {
+    const user = await newUser(t.app)
+    const context = await browser.newContext()
+    const { page, errors } = await visit(context)
+    await page.goto(base)
+    await page.getByRole('link', { name: 'Forgot your password?' }).click()
+    await poll(() => heading(page)).toBe('Reset your password')
+    await page.locator('#password-reset-form').getByLabel('Email').fill(user.email)
+    await page.getByRole('button', { name: 'Email me a link and code' }).click()
+    await poll(() => heading(page)).toBe('Check your email')
+    const mailed = await proofMailTo(user.email, '/reset-password')
+    const form = page.locator('#password-code-form')
+    expect(await form.getByLabel('Email', { exact: true }).inputValue()).toBe(user.email)
+    await form.getByLabel('Code from the email').fill(mailed.code)
+    await form.getByLabel('New password').fill(NEW_PASSWORD)
+    await form.getByLabel('Repeat the password').fill(NEW_PASSWORD)
+    await shot(page, 'reset-code')
+    await page.getByRole('button', { name: 'Set the new password' }).click()
+    await poll(() => heading(page)).toBe('Password set')
+    expect((await login(t.app, user.email, user.password)).statusCode).toBe(401)
+    await page.getByRole('link', { name: 'Go to sign-in' }).click()
+    await signInThroughConsole(page, base, { ...user, password: NEW_PASSWORD })
+    expect(errors).toEqual([])
+    await context.close()
+  }, 60_000)
+
+  it('accepts an invitation with its code on another device', async () => {
+    const admin = await newUser(t.app, { role: 'admin' })
+    const invitee = uniqueEmail('invitee')
+    const invited = await asUser(t.app, await signIn(t.app, admin), {
+      method: 'POST',
+      url: '/api/users',
+      payload: { email: invitee, organizationId: admin.organizationId },
+    })
+    expect(invited.statusCode).toBe(202)
+    const mailed = await proofMailTo(invitee, '/accept-invitation')
+    const context = await browser.newContext()
+    const { page, errors } = await visit(context)
+    await page.goto(base)
+    await page.getByRole('link', { name: 'Have an invitation code?' }).click()
+    await poll(() => heading(page)).toBe('Accept an invitation')
+    const form = page.locator('#password-code-form')
+    await form.getByLabel('Email', { exact: true }).fill(invitee)
+    await form.getByLabel('Code from the email').fill(mailed.code)
+    await form.getByLabel('New password').fill(NEW_PASSWORD)
+    await form.getByLabel('Repeat the password').fill(NEW_PASSWORD)
+    await shot(page, 'invitation-code')
+    await page.getByRole('button', { name: 'Accept and set the password' }).click()
+    await poll(() => heading(page)).toBe('Password set')
+    expect((await login(t.app, invitee, NEW_PASSWORD)).statusCode).toBe(200)
+    expect(errors).toEqual([])
+    await context.close()
+  }, 60_000)
+})
+
+describe('the sign-in form', () => {
+  it('offers sign-up and email sign-in only when the service has them on', async () => {
+    const off = await createTestApp({
+      config: ACCOUNT_TEST_CONFIG,
+      deps: { console: true, mailTransport: transport },
+    })
+    try {
+      const port = await freePort()
+      await off.app.listen({ port, host: '127.0.0.1' })
+      const context = await browser.newContext()
+      const { page, errors } = await visit(context)
+      const links = async (url: string) => {
+        await page.goto(url)
+        await poll(() => page.locator('#signin').isVisible()).toBe(true)
+        return page.locator('.signin-more a:visible').allTextContents()
+      }
+      expect(await links(`http://localhost:${port}`)).toEqual([
+        'Forgot your password?',
+        'Have an invitation code?',
+      ])
+      expect(await links(base)).toEqual([
+        'Email me a sign-in link',
+        'Forgot your password?',
+        'Have an invitation code?',
+        'Create an organization',
+      ])
+      expect(errors).toEqual([])
+      await context.close()
+    } finally {
+      await off.close()
+    }
+  }, 60_000)
 })

@@ -154,6 +154,11 @@ export interface PlatformClient {
    * account has one, as login()). Asking for the mail is `api.POST('/api/auth/email-sign-in')`.
    */
   verifyEmailSignIn(body: Schemas['EmailSignInVerification']): Promise<SessionResponse>
+  /**
+   * Finishes an OpenID Connect provider's sign-in that waits for the account's second factor (the
+   * callback sent the browser to `?oidc=second-factor` with a cookie of its own).
+   */
+  completeOidcSignIn(body: Schemas['OidcSecondFactor']): Promise<SessionResponse>
   /** Signs in with a passkey alone: usernameless, username-first, or through the autofill. */
   loginWithPasskey(options?: PasskeyLoginOptions): Promise<SessionResponse>
   /**
@@ -408,6 +413,9 @@ export function createPlatformClient(options: PlatformClientOptions = {}): Platf
     },
     async verifyEmailSignIn(body) {
       return signedIn(unwrap(await api.POST('/api/auth/email-sign-in/verify', { body })))
+    },
+    async completeOidcSignIn(body) {
+      return signedIn(unwrap(await api.POST('/api/auth/oidc/second-factor', { body })))
     },
     async loginWithPasskey({ username, conditional = false } = {}) {
       const body = await assertion(username, conditional)

@@ -1,6 +1,6 @@
 import { type PlatformClient, type SessionState, unwrap } from '../../client/src/index.ts'
 import { alertBox, busy, field, guard, h, onSubmit } from './dom.ts'
-import { emailSignIn, panel, show } from './signed-out.ts'
+import { emailSignIn, newPasswordInputs, panel, show } from './signed-out.ts'
 
 // The pages the service's mails link to, the token in the query. Opening one (as often as a person
 // or a mail scanner likes) sends nothing: the page says what its button will do, and only the button
@@ -175,23 +175,7 @@ function emailChangePage(token: string, host: LinkHost, root: HTMLElement) {
 function passwordPage(link: Link, host: LinkHost, root: HTMLElement) {
   const invitation = link.path === '/accept-invitation'
   const alert = alertBox()
-  const next = h('input', {
-    name: 'newPassword',
-    type: 'password',
-    autocomplete: 'new-password',
-    required: true,
-    maxlength: 256,
-  })
-  const repeat = h('input', {
-    name: 'repeat',
-    type: 'password',
-    autocomplete: 'new-password',
-    required: true,
-  })
-  // The browser says why before anything is sent: the two passwords differ.
-  const match = () => repeat.setCustomValidity(repeat.value === next.value ? '' : 'The two passwords differ')
-  next.addEventListener('input', match)
-  repeat.addEventListener('input', match)
+  const { next, repeat } = newPasswordInputs()
   const form = h(
     'form',
     { id: 'password-link-form' },

@@ -315,12 +315,25 @@ document.addEventListener('keydown', (event) => {
 })
 byId('signout').addEventListener('click', () => void guard(byId('error'), () => platform.logout()))
 
+// The self-service flows the service has switched on (src/http/console.ts names them in the page).
+const flows =
+  document.querySelector<HTMLMetaElement>('meta[name="platform-sign-in"]')?.content.split(' ') ?? []
+for (const item of document.querySelectorAll<HTMLElement>('[data-sign-in]'))
+  item.hidden = !flows.includes(item.dataset.signIn ?? '')
+
 const signIn = setUpSignIn(platform, byId('error'))
 setInterval(tickRelativeTimes, 30_000)
 
 // For the browser's developer tools (and the browser tests): the two clients this page uses.
 Object.assign(globalThis, { platformConsole: { platform, resources } })
 
+// Back from an identity provider (src/features/federation): signed in by cookies this client did not
+// set, so it asks the service; or the account's second factor is still to give.
+const fromProvider = new URLSearchParams(location.search).get('oidc')
+if (fromProvider === 'second-factor') history.replaceState(null, '', '/#/oidc-second-factor')
+else if (fromProvider) history.replaceState(null, '', `/${location.hash}`)
+
 void guard(byId('error'), async () => {
-  await platform.restoreSession()
+  if (fromProvider === 'signed-in') await platform.refresh()
+  else await platform.restoreSession()
 })

@@ -83,5 +83,27 @@ export function setUpSignIn(platform: PlatformClient, alert: HTMLElement) {
     }),
   )
 
+  void showProviders(platform)
+
   return { offerAutofill: () => void offerAutofill() }
+}
+
+/**
+ * "Continue with …" for each deployment-wide OpenID Connect provider: a link to the start, which
+ * sends the browser to the provider and back (to `?oidc=signed-in`, or `?oidc=second-factor`).
+ */
+async function showProviders(platform: PlatformClient) {
+  const { data } = await platform.api.GET('/api/auth/oidc/providers')
+  const items = data?.items ?? []
+  const buttons = byId('oidc-buttons')
+  buttons.replaceChildren(
+    ...items.map((provider) => {
+      const link = document.createElement('a')
+      link.className = 'btn secondary wide'
+      link.href = `/api/auth/oidc/${encodeURIComponent(provider.id)}/start`
+      link.textContent = `Continue with ${provider.name}`
+      return link
+    }),
+  )
+  byId('oidc-providers').hidden = items.length === 0
 }

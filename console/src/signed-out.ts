@@ -257,6 +257,162 @@ function emailSignInScreen(platform: PlatformClient, root: HTMLElement) {
   return askForm()
 }
 
+/** A new password and its repetition; the browser says why before anything is sent when they differ. */
+export function newPasswordInputs() {
+  const next = h('input', {
+    name: 'newPassword',
+    type: 'password',
+    autocomplete: 'new-password',
+    required: true,
+    maxlength: 256,
+  })
+  const repeat = h('input', {
+    name: 'repeat',
+    type: 'password',
+    autocomplete: 'new-password',
+    required: true,
+  })
+  const match = () => repeat.setCustomValidity(repeat.value === next.value ? '' : 'The two passwords differ')
+  next.addEventListener('input', match)
+  repeat.addEventListener('input', match)
+  return { next, repeat }
+}
+
+/**
+ * The code of an invitation or reset mail with the new password, from any browser: the same confirm
+ * endpoint as the mail's link, given the address and the code instead of the token.
+ */
+function passwordCodeForm(
+  platform: PlatformClient,
+  root: HTMLElement,
+  options: { email: string; title: string; lede: Child; action: string; done: string; again?: () => void },
+) {
+  const alert = alertBox()
+  const { next, repeat } = newPasswordInputs()
+  const form = h(
+    'form',
+    { id: 'password-code-form', class: 'code-form' },
+    field('Email', emailInput(options.email)),
+    field('Code from the email', codeInput(), 'Six digits.'),
+    field('New password', next, 'At least 12 characters, unless your organization was set up otherwise.'),
+    field('Repeat the password', repeat),
+    submit(options.action),
+  )
+  onSubmit(form, alert, async () => {
+    unwrap(
+      await platform.api.POST('/api/auth/password-reset/confirm', {
+        body: { email: fieldText(form, 'email'), code: fieldText(form, 'code'), newPassword: next.value },
+      }),
+    )
+    show(
+      root,
+      panel(
+        'Password set',
+        options.done,
+        h('div', { class: 'signin-actions' }, h('a', { class: 'btn primary', href: '#/' }, 'Go to sign-in')),
+      ),
+    )
+  })
+  return panel(
+    options.title,
+    options.lede,
+    alert,
+    form,
+    options.again
+      ? h(
+          'p',
+          { class: 'outside-back' },
+          h('button', { type: 'button', class: 'link-button', onclick: options.again }, 'Send a new email'),
+        )
+      : null,
+    backToSignIn(),
+  )
+}
+
+/**
+ * #/oidc-second-factor: an identity provider signed the visitor in, and the account asks for its
+ * one-time code (the callback holds the sign-in for five minutes in a cookie of its own).
+ */
+function oidcSecondFactorScreen(platform: PlatformClient) {
+  const alert = alertBox()
+  const form = h(
+    'form',
+    { id: 'oidc-second-factor-form' },
+    field(
+      'One-time code',
+      h('input', { name: 'otpCode', inputmode: 'numeric', autocomplete: 'one-time-code', required: true }),
+      'From your authenticator app, or a backup code.',
+    ),
+    submit('Sign in'),
+  )
+  onSubmit(form, alert, async () => {
+    await platform.completeOidcSignIn({ otpCode: fieldText(form, 'otpCode') })
+    history.replaceState(null, '', '/')
+  })
+  return panel(
+    'Two-factor sign-in',
+    'Your identity provider signed you in; your account also needs its one-time code.',
+    alert,
+    form,
+    backToSignIn(),
+  )
+}
+
+/** #/password-reset: the address; then the mail's code and the new password (or the mail's link). */
+function passwordResetScreen(platform: PlatformClient, root: HTMLElement) {
+  const done =
+    'Sign in with your email address and the new password. Every session of the account was signed out.'
+  const askForm = () => {
+    const alert = alertBox()
+    const form = h(
+      'form',
+      { id: 'password-reset-form' },
+      field('Email', emailInput()),
+      submit('Email me a link and code'),
+    )
+    onSubmit(form, alert, async () => {
+      const email = fieldText(form, 'email')
+      unwrap(await platform.api.POST('/api/auth/password-reset/request', { body: { email } }))
+      show(root, codeStep(email))
+    })
+    return panel(
+      'Reset your password',
+      'We email the account a link and a six-digit code; either sets a new password, once.',
+      alert,
+      form,
+      haveACode(() => show(root, codeStep(''))),
+      backToSignIn(),
+    )
+  }
+  const codeStep = (email: string): HTMLElement =>
+    passwordCodeForm(platform, root, {
+      email,
+      title: 'Check your email',
+      lede: email
+        ? [
+            'If ',
+            h('strong', null, email),
+            ' has an account, a link and a six-digit code are on their way to it. Open the link, or enter the code and your new password here.',
+          ]
+        : 'Enter the address and the six-digit code of the email, and your new password.',
+      action: 'Set the new password',
+      done,
+      again: () => show(root, askForm()),
+    })
+  return askForm()
+}
+
+/** #/invitation: the invited address, the invitation's code and the password of the new account. */
+function invitationScreen(platform: PlatformClient, root: HTMLElement) {
+  return passwordCodeForm(platform, root, {
+    email: '',
+    title: 'Accept an invitation',
+    lede: 'Enter the address the invitation went to, the six-digit code it carries, and the password of your account. The link in the email works as well.',
+    action: 'Accept and set the password',
+    done: 'Your account is active. Sign in with your email address and the password you chose.',
+  })
+}
+
 /** The signed-out screens by the fragment's name. */
 export const SIGNED_OUT_SCREENS = new Map<
   string,
@@ -264,4 +420,7 @@ export const SIGNED_OUT_SCREENS = new Map<
 >([
   ['sign-up', signUpScreen],
   ['email-sign-in', emailSignInScreen],
+  ['password-reset', passwordResetScreen],
+  ['invitation', invitationScreen],
+  ['oidc-second-factor', oidcSecondFactorScreen],
 ])

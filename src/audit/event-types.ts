@@ -19,7 +19,7 @@ export const AUDIT_EVENT_TYPES = [
   'account.signed_up',
   'email.changed',
   'user.invited',
-  'user.activated',
+  'invitation.accepted',
   'user.deactivated',
   'user.reactivated',
   'user.role_changed',
@@ -39,6 +39,8 @@ export const AUDIT_EVENT_TYPES = [
   'webhook.deleted',
   'webhook.secret_rotated',
   'webhook.disabled',
+  'identity.linked',
+  'identity.unlinked',
 ] as const
 
 export type AuditEventType = (typeof AUDIT_EVENT_TYPES)[number]

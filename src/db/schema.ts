@@ -184,6 +184,10 @@ export interface OneTimeTokenTable {
   account_id: string
   purpose: OneTimeTokenPurpose
   token_hash: string
+  /** The mailed code's hash, salted with `token_hash`; null on tokens issued without a code. */
+  code_hash: string | null
+  /** Wrong codes tried; at `platform.auth.email-proof.max-attempts` the token is spent. */
+  attempts: Generated<number>
   created_at: Timestamp
   expires_at: Timestamp
   used_at: Timestamp | null
@@ -301,6 +305,40 @@ export interface FileTable {
   confirmed_at: Timestamp | null
 }
 
+/** An account's identity at an OpenID Connect provider: (issuer, subject), never the email. */
+export interface FederatedIdentityTable {
+  id: Generated<string>
+  organization_id: string
+  account_id: string
+  issuer: string
+  subject: string
+  /** What it came through: `platform:<id>` for a deployment-wide provider, or another registered kind. */
+  provider_ref: string
+  /** The organization connection it came through, for a connection's identities. */
+  connection_id: string | null
+  /** The address the provider gave at link time (shown to the user; never used to find the account). */
+  email: string | null
+  created_at: Timestamp
+  last_used_at: Timestamp | null
+}
+
+/** An authorization request in flight, or a provider sign-in waiting for its second factor. */
+export interface OidcFlowTable {
+  id: Generated<string>
+  handle_hash: string
+  purpose: 'sign_in' | 'link' | 'second_factor'
+  provider_ref: string
+  state: string | null
+  nonce: string | null
+  code_verifier: string | null
+  /** A link's signed-in account, or the account waiting for its second factor. */
+  account_id: string | null
+  /** A link's session: the flow finishes only in it. */
+  session_id: string | null
+  created_at: Timestamp
+  expires_at: Timestamp
+}
+
 export interface Database {
   organizations: OrganizationTable
   accounts: AccountTable
@@ -324,6 +362,8 @@ export interface Database {
   organization_config: OrganizationConfigTable
   files: FileTable
   idempotency_keys: IdempotencyKeyTable
+  federated_identities: FederatedIdentityTable
+  oidc_flows: OidcFlowTable
 }
 
 /** Anything queries can run on: the pool-backed instance or an open transaction. */

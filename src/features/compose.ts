@@ -29,6 +29,7 @@ import {
   UserAdministration,
 } from './accounts/index.ts'
 import { AuditEvents } from './audit-events/index.ts'
+import { FederatedSignIns, FederationRegistry, OidcFlow, ProviderDiscovery } from './federation/index.ts'
 import { FileService } from './files/index.ts'
 import { ApiKeys, lastUseFlush, ServiceAccounts } from './machine-principals/index.ts'
 import { OrganizationConfig } from './organizations/index.ts'
@@ -124,6 +125,10 @@ export interface Services {
   webhookWorker: WebhookOutboxWorker
   /** What an organization's mail and webhook outboxes hold (/api/outbox-status). */
   outboxStatus: OutboxStatus
+  /** The provider kinds OpenID Connect flows resolve (`platform`; another feature registers its own). */
+  federationRegistry: FederationRegistry
+  /** Sign-in and linking with OpenID Connect providers (/api/auth/oidc, /api/account/identities). */
+  federation: FederatedSignIns
 }
 
 /** The services and what runs beside them (the configuration listener, the API-key use flush). */
@@ -253,6 +258,26 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   })
   ports.mail.templates.register('webhook_disabled', webhookDisabledTemplate)
 
+  // Sign-in with OpenID Connect providers: one flow and one redirect URI for every provider kind.
+  const federationRegistry = new FederationRegistry()
+  const federation = new FederatedSignIns({
+    audit,
+    db,
+    clock,
+    config,
+    registry: federationRegistry,
+    flow: new OidcFlow({
+      db,
+      clock,
+      registry: federationRegistry,
+      discovery: new ProviderDiscovery({ clock, profile: config.profile }),
+      redirectUri: `${config.web.publicUrl.replace(/\/+$/, '')}/api/auth/oidc/callback`,
+    }),
+    signUps,
+    secondFactor,
+  })
+  federationRegistry.register('platform', federation.platformKind())
+
   // Bindings between features.
   if (builtInVersions) events.on('UserSessionsRevokedEvent', bumpSessionVersion(db))
   // Whatever holds credentials' state drops what a revocation names, on every instance.
@@ -288,6 +313,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     webhooks,
     webhookWorker,
     outboxStatus: new OutboxStatus({ db, permissions: authz }),
+    federationRegistry,
+    federation,
   }
 
   // Last use of API keys is gathered in memory and written in one batch a minute, and on stop.

@@ -7,6 +7,7 @@ import { rateLimitRetention } from '../http/rate-limit.ts'
 import { mailOutboxRetention } from '../mail/outbox.ts'
 import type { ObjectStore } from '../storage/port.ts'
 import { emailProofRetention, oneTimeTokenRetention } from './accounts/index.ts'
+import { oidcFlowRetention } from './federation/index.ts'
 import { unfinishedUploadRetention } from './files/index.ts'
 import { passkeyChallengeRetention } from './passkeys/index.ts'
 import { refreshTokenRetention, sessionRetention } from './sessions/index.ts'
@@ -32,6 +33,7 @@ export function retentionRules(config: Config, deps: { store: ObjectStore }): Re
     auditEventRetention(config),
     webhookDeliveryRetention(config),
     passkeyChallengeRetention,
+    oidcFlowRetention,
     rateLimitRetention,
   ]
 }

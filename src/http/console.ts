@@ -34,6 +34,14 @@ async function consolePlugin(app: FastifyInstance) {
     }),
   ])
   const script = bundle.outputFiles[0]?.text ?? ''
+  // The sign-in form offers the self-service flows this deployment has switched on (their endpoints
+  // answer 404 otherwise): named in the page itself, so the form shows them without asking.
+  const { signUp, emailSignIn } = app.config.auth
+  const flows = [signUp.enabled ? 'sign-up' : '', emailSignIn.enabled ? 'email-sign-in' : '']
+  const html = page.replace(
+    '<meta name="platform-sign-in" content="">',
+    `<meta name="platform-sign-in" content="${flows.filter(Boolean).join(' ')}">`,
+  )
   const route = { config: { public: true }, schema: { hide: true } }
   // The API's policy is `default-src 'none'`; the page may load its own script and styles, show
   // the QR code's inline SVG, and call the service and the object store (uploads go there).
@@ -56,7 +64,7 @@ async function consolePlugin(app: FastifyInstance) {
       // A link's token is in the address: the page is not kept, and opening it (GET or HEAD, any
       // number of times, by a person or a mail scanner) uses nothing; only the page's button posts.
       .header('cache-control', 'no-store')
-      .send(page)
+      .send(html)
   app.get('/', route, sendPage)
   // The pages the mailed links open, each showing what its button will do.
   for (const path of MAILED_LINK_PAGES) app.get(path, route, sendPage)

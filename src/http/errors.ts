@@ -28,6 +28,7 @@ declare module 'fastify' {
 
 interface ValidationIssue {
   instancePath?: string
+  schemaPath?: string
   message?: string
   keyword?: string
   params?: Record<string, unknown>
@@ -49,9 +50,35 @@ const GENERIC_CODES: Record<number, ErrorCode> = {
 
 const MALFORMED_BODY_CODES = new Set(['FST_ERR_CTP_EMPTY_JSON_BODY', 'FST_ERR_CTP_INVALID_JSON_BODY'])
 
+/**
+ * The issues of a union (`anyOf`) as the branch the value came closest to: the branch with the
+ * fewest issues (the first of equals), without the other branches' issues nor the union's own
+ * "must match a schema in anyOf". A body with a link token and an unknown field is told about the
+ * unknown field, not that it also lacks the other branch's address and code.
+ */
+function closestBranches(issues: ValidationIssue[]): ValidationIssue[] {
+  let kept = issues
+  for (const union of issues.filter((issue) => issue.keyword === 'anyOf')) {
+    const prefix = `${union.schemaPath ?? ''}/`
+    const byBranch = new Map<string, ValidationIssue[]>()
+    for (const issue of kept) {
+      const rest = issue.schemaPath?.startsWith(prefix) ? issue.schemaPath.slice(prefix.length) : undefined
+      const branch = rest?.split('/')[0]
+      if (branch === undefined) continue
+      byBranch.set(branch, [...(byBranch.get(branch) ?? []), issue])
+    }
+    if (byBranch.size === 0) continue
+    const closest = [...byBranch.values()].reduce((best, next) => (next.length < best.length ? next : best))
+    kept = kept.filter(
+      (issue) => issue !== union && (!issue.schemaPath?.startsWith(prefix) || closest.includes(issue)),
+    )
+  }
+  return kept
+}
+
 function validationErrors(error: FastifyError): { path: string; message: string }[] {
   const context = error.validationContext ?? 'body'
-  return ((error.validation ?? []) as ValidationIssue[]).map((issue) => {
+  return closestBranches((error.validation ?? []) as ValidationIssue[]).map((issue) => {
     const segments = (issue.instancePath ?? '').split('/').filter(Boolean)
     const missing = issue.params?.missingProperty
     const extra = issue.params?.additionalProperty

@@ -4,8 +4,12 @@
 
 /** The data of the account and security emails, which every deployment sends. */
 interface BuiltInTemplateData {
-  invitation: { link: string; organizationName?: string }
-  password_reset: { link: string }
+  /**
+   * `code` works in place of the link for `codeMinutes`; both are absent from mails queued before
+   * invitations and resets carried codes.
+   */
+  invitation: { link: string; organizationName?: string } & LinkCode
+  password_reset: { link: string } & LinkCode
   password_changed: Record<string, never>
   otp_enabled: Record<string, never>
   otp_disabled: Record<string, never>
@@ -19,6 +23,8 @@ interface BuiltInTemplateData {
   /** To an address that already has an account, in place of a sign-up's proof. */
   sign_up_account_exists: Record<string, never>
   email_sign_in: EmailProofData
+  /** To an address without an active account, in place of an email sign-in's proof. */
+  email_sign_in_no_account: Record<string, never>
   email_change_verification: EmailProofData
   /** To the current address, when a change to another one is asked for. */
   email_change_requested: Record<string, never>
@@ -155,6 +161,20 @@ function proofTemplate(
   }
 }
 
+/** The code an invitation or reset mail carries beside its link. */
+interface LinkCode {
+  code?: string
+  codeMinutes?: number
+}
+
+const codeLines = (d: LinkCode): string[] =>
+  d.code ? ['', `Or enter this code: ${d.code} (it works for ${d.codeMinutes ?? 15} minutes).`] : []
+
+const codeParagraph = (d: LinkCode) =>
+  d.code
+    ? html`<p>Or enter this code: <strong style="font-size: 1.4em; letter-spacing: 0.2em">${d.code}</strong> (it works for ${String(d.codeMinutes ?? 15)} minutes).</p>`
+    : html``
+
 /** A notice without a link or code. */
 function noticeTemplate(subject: string, lines: string[]): MailTemplate<Record<string, never>> {
   return {
@@ -173,12 +193,14 @@ const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplat
         '',
         'Set your password to accept the invitation:',
         d.link,
+        ...codeLines(d),
         '',
         'The link can be used once. If you did not expect this invitation, ignore this email.',
       ].join('\n'),
     body: (d) =>
       html`<p>${d.organizationName ? html`You have been invited to <strong>${d.organizationName}</strong>.` : 'You have been invited.'}</p>
 <p><a href="${d.link}">Set your password to accept the invitation</a></p>
+${codeParagraph(d)}
 <p>The link can be used once. If you did not expect this invitation, ignore this email.</p>`,
   },
   password_reset: {
@@ -189,12 +211,14 @@ const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplat
         '',
         'Choose a new password:',
         d.link,
+        ...codeLines(d),
         '',
         'The link can be used once and expires soon. If you did not ask for this, ignore this email.',
       ].join('\n'),
     body: (d) =>
       html`<p>Someone asked to reset the password of your account.</p>
 <p><a href="${d.link}">Choose a new password</a></p>
+${codeParagraph(d)}
 <p>The link can be used once and expires soon. If you did not ask for this, ignore this email.</p>`,
   },
   password_changed: {
@@ -265,6 +289,10 @@ const TEMPLATES: { [K in keyof BuiltInTemplateData]: MailTemplate<BuiltInTemplat
     'Sign in',
     'If you did not ask for this, ignore this email.',
   ),
+  email_sign_in_no_account: noticeTemplate('Sign-in attempt with your email address', [
+    'Someone asked to sign in with this email address, but no active account uses it, so no sign-in link was sent.',
+    'If it was you, check the address you typed, or ask your organization administrator for an invitation. Otherwise ignore this email.',
+  ]),
   email_change_verification: proofTemplate(
     'Confirm your new email address',
     'Someone asked to use this email address for their account.',

@@ -22,7 +22,7 @@ import {
 import { pagedList } from '../list.ts'
 import { deviceName } from '../user-agent.ts'
 
-// My account: who I am, my password, two-factor, passkeys and sessions.
+// My account: who I am, my password, two-factor, passkeys, linked identities and sessions.
 
 type Session = Schemas['SessionItem']
 
@@ -37,6 +37,9 @@ const METHODS: Record<NonNullable<Session['signInMethod']>, string> = {
   email_code: 'Emailed code',
   'email_code+otp': 'Emailed code and one-time code',
   'email_code+passkey': 'Emailed code and passkey',
+  oidc: 'Identity provider',
+  'oidc+otp': 'Identity provider and one-time code',
+  'oidc+passkey': 'Identity provider and passkey',
 }
 
 export function accountScreen(context: ConsoleContext): HTMLElement {
@@ -64,6 +67,7 @@ export function accountScreen(context: ConsoleContext): HTMLElement {
     sessions.card,
     twoFactorCard(context),
     passkeysSupported() ? passkeysCard(context) : null,
+    identitiesCard(context),
     emailCard(context),
     passwordCard(context, () => sessions.list.reload()),
   )
@@ -652,4 +656,102 @@ function passwordCard(context: ConsoleContext, changed: () => Promise<void>) {
     await changed()
   })
   return card({ title: 'Password', id: 'password-section' }, alert, form, done)
+}
+
+type LinkedIdentity = Schemas['LinkedIdentity']
+
+/**
+ * The identities at OpenID Connect providers linked to the account: each signs it in. Linking one
+ * goes to the provider and back (within five minutes of signing in); unlinking keeps at least one
+ * way to sign in (the service answers 409 otherwise).
+ */
+function identitiesCard(context: ConsoleContext) {
+  const { platform } = context
+  const alert = alertBox('identities-error')
+  const links = h('div', { class: 'row-actions', id: 'identity-links' })
+  const section = card(
+    {
+      title: 'Linked identities',
+      id: 'identities-section',
+      description:
+        'Accounts at other providers that sign you in here. Linking one needs a sign-in within the last five minutes.',
+    },
+    alert,
+    links,
+  )
+  const list = pagedList<LinkedIdentity>({
+    caption: 'Your linked identities',
+    tbodyId: 'identities',
+    statusId: 'identities-status',
+    alert,
+    busyOn: section,
+    loading: 'Loading linked identities…',
+    empty: 'No identity linked.',
+    failed: 'The linked identities could not be loaded.',
+    count: (n) => `${n} linked identit${n === 1 ? 'y' : 'ies'}`,
+    load: async () => ({
+      items: unwrap(await platform.api.GET('/api/account/identities')).items,
+      nextCursor: null,
+    }),
+    row: (identity, tr) => {
+      tr.dataset.id = identity.id
+    },
+    columns: [
+      { label: 'Provider', cell: (i) => i.providerName ?? i.provider },
+      { label: 'Email', cell: (i) => i.email ?? '' },
+      { label: 'Linked', cell: (i) => time(i.createdAt) },
+      { label: 'Last used', cell: (i) => time(i.lastUsedAt) },
+      {
+        label: 'Actions',
+        actions: true,
+        cell: (i) =>
+          button(
+            'Unlink',
+            () =>
+              void guard(alert, async () => {
+                const sure = await confirmDialog({
+                  title: `Unlink ${i.providerName ?? i.provider}?`,
+                  message: 'It can no longer sign in to your account.',
+                  confirm: 'Unlink',
+                  danger: true,
+                })
+                if (!sure) return
+                try {
+                  unwrap(
+                    await platform.api.DELETE('/api/account/identities/{identityId}', {
+                      params: { path: { identityId: i.id } },
+                    }),
+                  )
+                  notify('Identity unlinked.')
+                } finally {
+                  await list.reload()
+                }
+              }),
+            { small: true, variant: 'danger', label: `Unlink ${i.providerName ?? i.provider}` },
+          ),
+      },
+    ],
+  })
+  section.append(list.element)
+  void list.reload()
+  void guard(alert, async () => {
+    const { items } = unwrap(await platform.api.GET('/api/auth/oidc/providers'))
+    fill(
+      links,
+      ...items.map((provider) =>
+        button(
+          `Link ${provider.name}`,
+          () =>
+            void guard(alert, async () => {
+              const { redirectUrl } = unwrap(
+                await platform.api.POST('/api/account/identities/link', { body: { provider: provider.id } }),
+              )
+              location.assign(redirectUrl)
+            }),
+          { small: true },
+        ),
+      ),
+    )
+  })
+  return section
 }

@@ -2,6 +2,7 @@ import type { Config } from '../../config.ts'
 import type { OneTimeTokenPurpose, Tx } from '../../db/schema.ts'
 import { enqueueMail, type SealedMailData } from '../../mail/outbox.ts'
 import { newOpaqueToken } from '../../security/tokens.ts'
+import { codeHash, newCode } from './email-proofs.ts'
 import { insertOneTimeToken, retireOneTimeTokens } from './one-time-tokens.ts'
 import type { AccountRow } from './repository.ts'
 
@@ -17,9 +18,10 @@ export interface AccountLinksDeps {
 }
 
 /**
- * The single-use links of invitations and password resets: a new link retires the
- * older ones of its purpose, so only the latest works; the email carrying it goes to the outbox
- * in the caller's transaction.
+ * The single-use links of invitations and password resets, each mailed with a six-digit code that
+ * works in its place from any browser (`POST /api/auth/password-reset/confirm` takes either): a new
+ * link retires the older ones of its purpose, so only the latest works; the email carrying it goes
+ * to the outbox in the caller's transaction, its link and code sealed.
  */
 export class AccountLinks {
   readonly #deps: AccountLinksDeps
@@ -38,10 +40,12 @@ export class AccountLinks {
     const ttl = purpose === 'INVITATION' ? auth.invitation.ttl : auth.passwordReset.ttl
     await retireOneTimeTokens(trx, account.id, now, purpose)
     const token = newOpaqueToken()
+    const code = newCode()
     await insertOneTimeToken(trx, {
       accountId: account.id,
       purpose,
       tokenHash: token.hash,
+      codeHash: codeHash(token.hash, code),
       now,
       expiresAt: new Date(now.getTime() + ttl * 1000),
     })
@@ -53,7 +57,11 @@ export class AccountLinks {
       {
         template,
         to: account.email,
-        data: this.#deps.sealMail({ link: link.toString() }),
+        data: this.#deps.sealMail({
+          link: link.toString(),
+          code,
+          codeMinutes: Math.ceil(auth.emailProof.ttl / 60),
+        }),
         organizationId: account.organization_id,
       },
       now,

@@ -16,16 +16,35 @@ const PasswordResetRequest = Type.Object(
   },
 )
 
-const PasswordResetConfirmation = Type.Object(
+const NewPassword = Type.String({ minLength: 1, maxLength: 1024 })
+
+const PasswordResetConfirmation = Type.Union(
+  [
+    Type.Object(
+      {
+        token: Type.String({
+          minLength: 1,
+          maxLength: 200,
+          description: 'The `token` query parameter of the mailed link',
+        }),
+        newPassword: NewPassword,
+      },
+      { additionalProperties: false, title: 'PasswordResetByToken' },
+    ),
+    Type.Object(
+      {
+        email: EmailAddress(3),
+        code: Type.String({ pattern: '^[0-9]{6}$', description: 'The six-digit code of the mail' }),
+        newPassword: NewPassword,
+      },
+      { additionalProperties: false, title: 'PasswordResetByCode' },
+    ),
+  ],
   {
-    token: Type.String({ minLength: 1, maxLength: 200 }),
-    newPassword: Type.String({ minLength: 1, maxLength: 1024 }),
-  },
-  {
-    additionalProperties: false,
     $id: 'PasswordResetConfirmation',
     title: 'PasswordResetConfirmation',
-    description: 'The token of an invitation or reset link, and the new password',
+    description:
+      "The mailed link's token, or the address the invitation or reset went to and its code; and the new password",
   },
 )
 
@@ -151,13 +170,14 @@ const accountRoutes: FastifyPluginAsyncTypebox = async (app) => {
       schema: {
         tags: ['authentication'],
         operationId: 'confirmPasswordReset',
-        summary: 'Set a new password with the token of an invitation or reset link',
+        summary: 'Set a new password with the link or code of an invitation or reset mail',
         body: PasswordResetConfirmation,
         response: { 200: Empty, ...problemResponses(400, 429) },
       },
     },
     async (request) => {
-      await app.services.passwordReset.confirm(request.body.token, request.body.newPassword)
+      const { newPassword, ...proof } = request.body
+      await app.services.passwordReset.confirm(proof, newPassword)
       return {}
     },
   )

@@ -30,14 +30,24 @@ const TEMPLATES = {
   EMAIL_CHANGE: 'email_change_verification',
 } as const
 
+/** The notices a request mails to an address that cannot use the proof it asked for. */
+export type ProofNotice = 'sign_up_account_exists' | 'email_sign_in_no_account'
+
 export const emailProofInvalid = () =>
   new AppError('EMAIL_PROOF_INVALID', 'The link or code is invalid, expired or already used')
 
 /** A six-digit code, leading zeros kept. */
-const newCode = () => String(randomInt(0, 1_000_000)).padStart(6, '0')
+export const newCode = () => String(randomInt(0, 1_000_000)).padStart(6, '0')
 
 /** The code's hash, salted with its proof's token hash so equal codes of two proofs differ at rest. */
-const codeHash = (tokenHash: string, code: string) => sha256(`${tokenHash}:${code}`)
+export const codeHash = (tokenHash: string, code: string) => sha256(`${tokenHash}:${code}`)
+
+/** Whether a given code is the one whose hash is stored, compared in constant time. */
+export function codeMatches(storedHash: string, tokenHash: string, code: string): boolean {
+  const expected = Buffer.from(storedHash, 'hex')
+  const actual = Buffer.from(codeHash(tokenHash, code.trim()), 'hex')
+  return expected.length === actual.length && timingSafeEqual(expected, actual)
+}
 
 export interface EmailProofsDeps {
   config: Config
@@ -72,6 +82,13 @@ export class EmailProofs {
       accountId: string | null
       organizationId: string | null
       data?: Record<string, unknown>
+      /**
+       * The notice mailed in place of the proof, to an address that cannot use it (a sign-up for an
+       * address that has an account, an email sign-in for one without an active account). The proof
+       * is stored all the same, unusable (its purpose's verify refuses it: no pending sign-up in its
+       * data, no account of its own), so every address costs the same statements, sealing and mail.
+       */
+      noticeInstead?: ProofNotice
     },
     now: Date,
   ): Promise<void> {
@@ -92,19 +109,27 @@ export class EmailProofs {
     })
     const link = new URL(EMAIL_PROOF_PAGES[proof.purpose], config.web.frontendUrl)
     link.searchParams.set('token', token.raw)
+    const minutes = Math.ceil(ttl / 60)
     await enqueueMail(
       trx,
-      {
-        template: TEMPLATES[proof.purpose],
-        to: proof.email,
-        data: this.#deps.sealMail({ link: link.toString(), code, minutes: Math.ceil(ttl / 60) }),
-        organizationId: proof.organizationId,
-      },
+      proof.noticeInstead
+        ? {
+            template: proof.noticeInstead,
+            to: proof.email,
+            data: this.#deps.sealMail({}),
+            organizationId: proof.organizationId,
+          }
+        : {
+            template: TEMPLATES[proof.purpose],
+            to: proof.email,
+            data: this.#deps.sealMail({ link: link.toString(), code, minutes }),
+            organizationId: proof.organizationId,
+          },
       now,
     )
   }
 
-  /** Retires the live proofs of a purpose for an address (a request that mails no proof this time). */
+  /** Retires the live proofs of a purpose for an address (one proved another way meanwhile). */
   retire(trx: Tx, purpose: EmailProofPurpose, email: string, now: Date): Promise<void> {
     return retireEmailProofs(trx, purpose, email, null, now)
   }
@@ -127,9 +152,7 @@ export class EmailProofs {
     }
     const row = await claimCodeAttempt(db, purpose, given.email.trim(), now, this.#maxAttempts)
     if (!row) throw emailProofInvalid()
-    const expected = Buffer.from(row.code_hash, 'hex')
-    const actual = Buffer.from(codeHash(row.token_hash, given.code.trim()), 'hex')
-    if (expected.length !== actual.length || !timingSafeEqual(expected, actual)) throw emailProofInvalid()
+    if (!codeMatches(row.code_hash, row.token_hash, given.code)) throw emailProofInvalid()
     await refundCodeAttempt(db, row.id)
     return row
   }

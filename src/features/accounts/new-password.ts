@@ -40,7 +40,7 @@ export interface NewPassword {
   /** Which of the account's outstanding one-time links stop working: those of one purpose, or all. */
   retire: OneTimeTokenPurpose | 'all'
   /** The event recorded, the account itself its actor (the signed-in user, or the link's holder). */
-  event: 'password.changed' | 'password.reset' | 'user.activated'
+  event: 'password.changed' | 'password.reset' | 'invitation.accepted'
 }
 
 /**

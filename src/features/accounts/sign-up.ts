@@ -4,10 +4,10 @@ import type { TupleRecorder } from '../../authz/tuples.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction, mapUniqueViolation } from '../../db/database.ts'
-import type { Database } from '../../db/schema.ts'
+import type { Database, Tx } from '../../db/schema.ts'
 import { AppError, validationFailed } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
-import type { PasswordHasher } from '../../security/passwords.ts'
+import { PasswordHasher } from '../../security/passwords.ts'
 import { insertOrganization } from '../organizations/index.ts'
 import { checkPasswordPolicy, normalizeEmail, roleTuple } from './accounts.ts'
 import { type EmailProof, type EmailProofs, emailProofInvalid } from './email-proofs.ts'
@@ -87,29 +87,26 @@ export class SignUps {
     return { email, organizationName: name, passwordHash: await this.#deps.passwords.hash(input.password) }
   }
 
-  /** After the answer: the proof to a new address, the notice to one that has an account. */
+  /**
+   * After the answer: the proof to a new address, the notice to one that has an account. Both store
+   * a proof and mail once, in the same statements (the notice's proof carries no pending sign-up, so
+   * verifying it creates nothing).
+   */
   async send(pending: PendingSignUp): Promise<void> {
     const { db, clock, proofs } = this.#deps
     const now = clock.now()
     await inTransaction(db, async (trx) => {
       const account = await findAccountByEmail(trx, pending.email)
-      if (account) {
-        await proofs.retire(trx, 'SIGN_UP', pending.email, now)
-        await enqueueMail(
-          trx,
-          { template: 'sign_up_account_exists', to: account.email, data: {}, organizationId: null },
-          now,
-        )
-        return
-      }
       await proofs.issue(
         trx,
         {
           purpose: 'SIGN_UP',
-          email: pending.email,
+          email: account?.email ?? pending.email,
           accountId: null,
           organizationId: null,
-          data: { passwordHash: pending.passwordHash, organizationName: pending.organizationName },
+          ...(account
+            ? { noticeInstead: 'sign_up_account_exists' as const }
+            : { data: { passwordHash: pending.passwordHash, organizationName: pending.organizationName } }),
         },
         now,
       )
@@ -124,7 +121,7 @@ export class SignUps {
    * is 409 ACCOUNT_EXISTS (the caller has just proved it holds the address).
    */
   async verify(given: EmailProof): Promise<{ userId: string; organizationId: string }> {
-    const { db, clock, proofs, tuples, audit } = this.#deps
+    const { db, clock, proofs, tuples } = this.#deps
     const now = clock.now()
     const proof = await proofs.check(db, 'SIGN_UP', given, now)
     const { passwordHash, organizationName: name } = proof.data as {
@@ -149,23 +146,11 @@ export class SignUps {
             )
             return null
           }
-          const organization = await insertOrganization(trx, { name })
-          const account = await insertAccount(trx, {
-            organizationId: organization.id,
-            email: proof.email,
-            passwordHash,
-            role: 'admin',
-            active: true,
-          })
-          await tuples.record(trx, [roleTuple('write', account)], now)
-          await audit.record(trx, {
-            type: 'account.signed_up',
-            organizationId: organization.id,
-            actor: { type: 'user', id: account.id },
-            subject: { type: 'user', id: account.id },
-            data: { method: proofMethod(given), role: 'admin' },
-          })
-          return { userId: account.id, organizationId: organization.id }
+          return this.#create(
+            trx,
+            { email: proof.email, passwordHash, name, method: proofMethod(given) },
+            now,
+          )
         }),
       accountExists,
       'accounts_email_key',
@@ -174,5 +159,53 @@ export class SignUps {
     // The admin's tuple starts on its way at once; what fails stays queued for the worker.
     await tuples.deliver()
     return created
+  }
+
+  /**
+   * Sign-up for an address another party proved (an OpenID Connect provider's verified email),
+   * in the caller's transaction: the organization and its first admin as a proved sign-up creates
+   * them, with no usable password. A sign-up still waiting for its proof at that address is
+   * retired, so the password someone chose there never comes into use. The caller checks that the
+   * address has no account, and delivers the tuples (`deliverTuples`) after the commit.
+   */
+  async provision(
+    trx: Tx,
+    input: { email: string; organizationName: string; method: string },
+    now: Date,
+  ): Promise<{ userId: string; organizationId: string }> {
+    const email = normalizeEmail(input.email)
+    await this.#deps.proofs.retire(trx, 'SIGN_UP', email, now)
+    const name = organizationName(input.organizationName)
+    const passwordHash = PasswordHasher.unusableHash()
+    return this.#create(trx, { email, passwordHash, name, method: input.method }, now)
+  }
+
+  /** Starts the new admins' role tuples on their way (what fails stays queued for the worker). */
+  deliverTuples(): Promise<void> {
+    return this.#deps.tuples.deliver()
+  }
+
+  async #create(
+    trx: Tx,
+    values: { email: string; passwordHash: string; name: string; method: string },
+    now: Date,
+  ): Promise<{ userId: string; organizationId: string }> {
+    const organization = await insertOrganization(trx, { name: values.name })
+    const account = await insertAccount(trx, {
+      organizationId: organization.id,
+      email: values.email,
+      passwordHash: values.passwordHash,
+      role: 'admin',
+      active: true,
+    })
+    await this.#deps.tuples.record(trx, [roleTuple('write', account)], now)
+    await this.#deps.audit.record(trx, {
+      type: 'account.signed_up',
+      organizationId: organization.id,
+      actor: { type: 'user', id: account.id },
+      subject: { type: 'user', id: account.id },
+      data: { method: values.method, role: 'admin' },
+    })
+    return { userId: account.id, organizationId: organization.id }
   }
 }

@@ -75,6 +75,33 @@ export function passkeyOrOtp(factors: {
   }
 }
 
+/**
+ * The second factor of a sign-in whose first factor passed (a mailed proof, an identity provider),
+ * with a login attempt already claimed against the account's lockout: given back when no code was
+ * tried (OTP_REQUIRED is rethrown), kept for a wrong code (INVALID_OTP). Resolves to the factor that
+ * passed, or null when none was needed.
+ */
+export async function secondFactorOfSignIn(
+  db: Kysely<Database>,
+  check: SecondFactorCheck,
+  account: AccountRow,
+  factors: { otpCode: string | undefined; passkey: PasskeyAssertion | undefined },
+  lockout: { now: Date; maxAttempts: number; lockedUntil: Date },
+): Promise<'otp' | 'passkey' | null> {
+  let passed: 'otp' | 'passkey' | null | false
+  try {
+    passed = await check(account, factors)
+  } catch (error) {
+    if (error instanceof AppError && error.code === 'OTP_REQUIRED') {
+      if (!(await settleLoginAttempt(db, account.id, lockout.now, lockout.maxAttempts, 'refund')))
+        throw accountLocked(lockout.lockedUntil, lockout.now)
+    }
+    throw error
+  }
+  if (passed === false) throw new AppError('INVALID_OTP', 'The one-time password is not valid')
+  return passed
+}
+
 export interface AccountAuthenticatorDeps {
   audit: AuditTrail
   db: Kysely<Database>

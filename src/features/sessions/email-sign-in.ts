@@ -16,7 +16,12 @@ import {
   proofMethod,
   settleLoginAttempt,
 } from '../accounts/index.ts'
-import type { AuthenticatedUser, PasskeyAssertion, SecondFactorCheck } from './authentication.ts'
+import {
+  type AuthenticatedUser,
+  type PasskeyAssertion,
+  type SecondFactorCheck,
+  secondFactorOfSignIn,
+} from './authentication.ts'
 import type { SignInMethod } from './service.ts'
 
 export interface EmailSignInsDeps {
@@ -44,22 +49,25 @@ export class EmailSignIns {
     this.#deps = deps
   }
 
+  /**
+   * After the answer: the proof to an active account's address; to any other address a notice that
+   * no active account uses it, with an unusable proof stored all the same (no account of its own),
+   * so every address costs the same statements, sealing and mail.
+   */
   async send(email: string): Promise<void> {
     const { db, clock, proofs } = this.#deps
     const now = clock.now()
     await inTransaction(db, async (trx) => {
       const account = await findAccountByEmail(trx, email.trim())
-      if (!account?.active) {
-        await proofs.retire(trx, 'EMAIL_SIGN_IN', email.trim(), now)
-        return
-      }
+      const usable = account?.active ? account : undefined
       await proofs.issue(
         trx,
         {
           purpose: 'EMAIL_SIGN_IN',
-          email: account.email,
-          accountId: account.id,
-          organizationId: account.organization_id,
+          email: usable?.email ?? email.trim(),
+          accountId: usable?.id ?? null,
+          organizationId: usable?.organization_id ?? null,
+          ...(usable ? {} : { noticeInstead: 'email_sign_in_no_account' as const }),
         },
         now,
       )
@@ -83,19 +91,11 @@ export class EmailSignIns {
       if (claimed?.wasLocked) throw accountLocked(claimed.account.locked_until ?? lockedUntil, now)
       const proof = linked ?? (await proofs.check(db, 'EMAIL_SIGN_IN', given, now))
       if (!account || proof.account_id !== account.id) throw emailProofInvalid()
-      let passed: 'otp' | 'passkey' | null | false
-      try {
-        passed = await this.#deps.secondFactor(account, factors)
-      } catch (error) {
-        // OTP_REQUIRED: the proof was right and no code was tried, so the attempt is given back.
-        if (error instanceof AppError && error.code === 'OTP_REQUIRED') {
-          if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'refund')))
-            throw accountLocked(lockedUntil, now)
-        }
-        throw error
-      }
-      if (passed === false) throw new AppError('INVALID_OTP', 'The one-time password is not valid')
-      const factor = passed
+      const factor = await secondFactorOfSignIn(db, this.#deps.secondFactor, account, factors, {
+        now,
+        maxAttempts,
+        lockedUntil,
+      })
       if (!(await settleLoginAttempt(db, account.id, now, maxAttempts, 'clear')))
         throw accountLocked(lockedUntil, now)
       await inTransaction(db, (trx) => proofs.use(trx, proof, now))

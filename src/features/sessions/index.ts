@@ -11,6 +11,8 @@ export {
   type CredentialAuthenticator,
   type PasskeyAssertion,
   passkeyOrOtp,
+  type SecondFactorCheck,
+  secondFactorOfSignIn,
 } from './authentication.ts'
 export { sessionResponse, setSessionCookies, withSessionCookies } from './cookies.ts'
 export { EmailSignIns } from './email-sign-in.ts'

@@ -34,7 +34,8 @@ export type SignInMethod = (typeof SIGN_IN_METHODS)[number]
 
 /**
  * Every way a session is signed in to: a password, a passkey alone, a mailed link or code (email
- * sign-in, or the sign-up that proved the address), each with the second factor it was given.
+ * sign-in, or the sign-up that proved the address), an OpenID Connect provider, each with the second
+ * factor it was given.
  */
 export const SIGN_IN_METHODS = [
   'password',
@@ -47,6 +48,9 @@ export const SIGN_IN_METHODS = [
   'email_code',
   'email_code+otp',
   'email_code+passkey',
+  'oidc',
+  'oidc+otp',
+  'oidc+passkey',
 ] as const
 
 export interface ClientInfo {
