@@ -17,6 +17,7 @@ import federationFeature from './features/federation/index.ts'
 import filesFeature from './features/files/index.ts'
 import impersonationFeature from './features/impersonation/index.ts'
 import machinePrincipalsFeature from './features/machine-principals/index.ts'
+import oauth2Feature from './features/oauth2/index.ts'
 import organizationsFeature from './features/organizations/index.ts'
 import outboxStatusFeature from './features/outbox-status/index.ts'
 import outboxWorkersPlugin from './features/outbox-workers.ts'
@@ -237,6 +238,7 @@ export async function buildApp(config: Config, deps: AppDependencies = {}): Prom
   await app.register(outboxStatusFeature)
   await app.register(federationFeature)
   await app.register(ssoFeature)
+  await app.register(oauth2Feature)
   if (deps.console) {
     if (config.profile === 'production') throw new Error('the demo console is not served under production')
     // Loaded only when asked for: it bundles the console with esbuild, a development dependency.

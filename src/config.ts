@@ -54,6 +54,20 @@ export const ConfigSchema = Type.Object({
       userAudience: Text('platform-user'),
       serviceAudience: Text('platform-service'),
       accessTokenTtl: Duration('12m'),
+      /**
+       * How access tokens are signed: `HS256` with the secret above, or `ES256` / `EdDSA` with
+       * signing-key, whose public half /.well-known/jwks.json publishes; HS256 tokens are then refused.
+       */
+      algorithm: Type.Union([Type.Literal('HS256'), Type.Literal('ES256'), Type.Literal('EdDSA')], {
+        default: 'HS256',
+      }),
+      /** The private key of ES256 (P-256) or EdDSA (Ed25519): PEM (PKCS#8) or a JWK. */
+      signingKey: OptionalText(),
+      /**
+       * Earlier signing keys, published and accepted for verification only until the tokens they
+       * signed have expired: PEM blocks one after another, or a JSON array of JWKs (or a JWK set).
+       */
+      previousSigningKeys: OptionalText(),
     }),
     refreshToken: Type.Object({ ttl: Duration('30d') }),
     /**

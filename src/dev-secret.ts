@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import path from 'node:path'
+import { exportPKCS8, generateKeyPair } from 'jose'
 
 /**
  * The development JWT secret: kept under the data directory (gitignored) so sessions survive
@@ -20,4 +21,24 @@ export async function developmentSecret(dataDir: string): Promise<string> {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
   })
   return (await readFile(file, 'utf8')).trim()
+}
+
+/**
+ * The development signing key of an asymmetric `platform.auth.jwt.algorithm` (ES256 or EdDSA):
+ * PKCS#8 PEM under the data directory, one file per algorithm, created on first use and readable
+ * by the owner only, so tokens and the published JWK set survive restarts.
+ */
+export async function developmentSigningKey(dataDir: string, algorithm: 'ES256' | 'EdDSA'): Promise<string> {
+  const file = path.join(dataDir, `dev-jwt-${algorithm.toLowerCase()}.pem`)
+  try {
+    return await readFile(file, 'utf8')
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+  }
+  await mkdir(dataDir, { recursive: true })
+  const { privateKey } = await generateKeyPair(algorithm, { extractable: true })
+  await writeFile(file, await exportPKCS8(privateKey), { mode: 0o600, flag: 'wx' }).catch(async (error) => {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+  })
+  return readFile(file, 'utf8')
 }

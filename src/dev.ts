@@ -4,7 +4,7 @@ import pinoPretty from 'pino-pretty'
 import { buildApp } from './app.ts'
 import { configFromEnv, loadConfig } from './config.ts'
 import { holderAddress } from './db/embedded-holder.ts'
-import { developmentSecret } from './dev-secret.ts'
+import { developmentSecret, developmentSigningKey } from './dev-secret.ts'
 import { ensureDemoAdmin } from './dev-seed.ts'
 import { exitOnStartupError, freePort, serve } from './lifecycle.ts'
 import { startEmbeddedStorage } from './storage/embedded-s3.ts'
@@ -30,6 +30,11 @@ try {
   const dataDir = source['platform.data-dir'] ?? '.data'
   if (!source['platform.auth.jwt.secret'])
     source['platform.auth.jwt.secret'] = await developmentSecret(dataDir)
+  // Discovery needs a URL as the issuer; here it is where the service answers.
+  source['platform.auth.jwt.issuer'] ??= source['platform.web.public-url']
+  const algorithm = source['platform.auth.jwt.algorithm']
+  if ((algorithm === 'ES256' || algorithm === 'EdDSA') && !source['platform.auth.jwt.signing-key'])
+    source['platform.auth.jwt.signing-key'] = await developmentSigningKey(dataDir, algorithm)
   let config = loadConfig(source)
   // No platform.storage.s3.endpoint: the embedded S3 server, its bucket created here (never by the service).
   const embeddedS3 = await startEmbeddedStorage(config)

@@ -21,9 +21,11 @@ const SENSITIVE_KEYS = [
   'otpCode',
   'backupCodes',
   'apiToken',
+  'client_secret',
+  'access_token',
 ]
 
-const SENSITIVE_QUERY = /^(token|code|key|secret|password|access_token|refresh_token|api_key)$/i
+const SENSITIVE_QUERY = /^(token|code|key|secret|password|access_token|refresh_token|api_key|client_secret)$/i
 
 export function redactUrl(url: string): string {
   const queryStart = url.indexOf('?')

@@ -10,6 +10,8 @@ export const SCOPES = [
   'authz:check',
   'audit:read',
   'webhooks:write',
+  /** POST /oauth2/introspect. */
+  'tokens:introspect',
 ] as const
 
 export type Scope = (typeof SCOPES)[number]

@@ -199,6 +199,9 @@ describe('route guard', () => {
     /^\/metrics$/,
     /^\/v3\/api-docs$/,
     /^\/docs(\/.*)?$/,
+    // OAuth 2.0 for machines: the client authenticates in the request itself; keys and metadata are public.
+    /^\/oauth2\/(token|introspect)$/,
+    /^\/\.well-known\/(jwks\.json|oauth-authorization-server|openid-configuration)$/,
   ]
   const isPublic = (path: string) => PUBLIC.some((pattern) => pattern.test(path))
 

@@ -2,6 +2,7 @@ import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises'
 import { networkInterfaces, tmpdir } from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { parseSigningKey } from '../src/security/signing-keys.ts'
 import { runNode, waitForOutput } from './helpers/process.ts'
 
 let dataDir: string
@@ -12,11 +13,12 @@ afterAll(async () => {
   await rm(dataDir, { recursive: true, force: true })
 })
 
-async function startDev() {
+async function startDev(env: Record<string, string> = {}) {
   const dev = runNode('src/dev.ts', [], {
     PLATFORM_DATA_DIR: dataDir,
     PLATFORM_SERVER_PORT: '0',
     LOG_LEVEL: 'warn',
+    ...env,
   })
   let output = ''
   dev.child.stdout?.on('data', (chunk) => {
@@ -70,6 +72,27 @@ describe('npm run dev', () => {
     second.child.kill('SIGTERM')
     await second.done
     expect((await readFile(secretFile, 'utf8')).trim()).toBe(secret)
+  })
+})
+
+describe('npm run dev with an asymmetric algorithm', () => {
+  it('generates a signing key into the data folder (0600), publishes it, and makes the public URL the issuer', async () => {
+    const dev = await startDev({ PLATFORM_AUTH_JWT_ALGORITHM: 'ES256' })
+    const base = dev.docs.replace('/docs', '')
+    try {
+      const keyFile = path.join(dataDir, 'dev-jwt-es256.pem')
+      expect((await stat(keyFile)).mode & 0o077).toBe(0)
+      const { kid } = parseSigningKey(await readFile(keyFile, 'utf8'))
+      const jwks = (await (await fetch(`${base}/.well-known/jwks.json`)).json()) as {
+        keys: { kid: string }[]
+      }
+      expect(jwks.keys.map((key) => key.kid)).toEqual([kid])
+      const metadata = await (await fetch(`${base}/.well-known/openid-configuration`)).json()
+      expect(metadata).toMatchObject({ issuer: base, token_endpoint: `${base}/oauth2/token` })
+    } finally {
+      dev.child.kill('SIGTERM')
+      await dev.done
+    }
   })
 })
 

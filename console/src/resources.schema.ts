@@ -525,7 +525,7 @@ export interface components {
              * @description A future instant; without it the key does not expire
              */
             expiresAt?: string;
-            scopes: ("purchase_requests:read" | "purchase_requests:write" | "files:read" | "files:write" | "config:read" | "config:write" | "authz:check" | "audit:read" | "webhooks:write")[];
+            scopes: ("purchase_requests:read" | "purchase_requests:write" | "files:read" | "files:write" | "config:read" | "config:write" | "authz:check" | "audit:read" | "webhooks:write" | "tokens:introspect")[];
         };
         /**
          * CreatedApiKey

@@ -13,6 +13,7 @@ export const SecuritySchemes = {
   accessCookie: 'accessCookie',
   bearer: 'bearerAuth',
   apiKey: 'apiKey',
+  clientBasic: 'clientBasic',
 } as const
 
 interface OpenApiDocument {
@@ -89,6 +90,11 @@ async function docsPlugin(app: FastifyInstance, options: DocsPluginOptions) {
           [SecuritySchemes.accessCookie]: { type: 'apiKey', in: 'cookie', name: auth.cookie.accessTokenName },
           [SecuritySchemes.bearer]: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
           [SecuritySchemes.apiKey]: { type: 'apiKey', in: 'header', name: auth.apiKey.headerName },
+          [SecuritySchemes.clientBasic]: {
+            type: 'http',
+            scheme: 'basic',
+            description: 'OAuth client_secret_basic',
+          },
         },
       },
       tags: [
@@ -107,6 +113,11 @@ async function docsPlugin(app: FastifyInstance, options: DocsPluginOptions) {
           description: 'The example resource (excluded from the generated frontend client)',
         },
         { name: 'operations', description: 'Health and metrics' },
+        {
+          name: 'oauth2',
+          description:
+            'OAuth 2.0 for machines: token, introspection, JWK set, discovery (form bodies, RFC 6749 errors)',
+        },
       ],
     },
     // Each operation's security follows its route config: `public` routes need nothing, routes

@@ -1,9 +1,10 @@
-import { createHash, randomBytes } from 'node:crypto'
+import { createHash, randomBytes, randomUUID } from 'node:crypto'
 import { createSigner, createVerifier } from 'fast-jwt'
 import { LRUCache } from 'lru-cache'
 import { type Clock, epochSeconds } from '../clock.ts'
 import { type Config, jwtSecrets } from '../config.ts'
 import { isUuid } from '../uuid.ts'
+import { type PublicJwk, signingKeys } from './signing-keys.ts'
 
 export interface UserTokenClaims {
   sub: string
@@ -51,42 +52,67 @@ function headerKid(token: string): string | undefined {
 }
 
 /**
- * HS256 access tokens. The algorithm is pinned; signature, issuer, audience and expiry are
- * verified; expiry against the injected clock, and so are `iat`/`nbf` (at most 60 s ahead) and the
- * lifetime (`exp - iat` at most the configured TTL). User and service tokens differ by audience,
- * so one can never pass for the other. The current secret signs, with its `kid` in the header;
- * `platform.auth.jwt.previous-secrets` only verify, so a secret is rotated without signing anyone out.
+ * Access tokens, HS256 with the secret or, opt-in (`platform.auth.jwt.algorithm`), ES256 / EdDSA
+ * with an asymmetric key whose public half is published (`jwks()`). The algorithm is pinned per
+ * key; signature, issuer, audience and expiry are verified; expiry against the injected clock, and
+ * so are `iat`/`nbf` (at most 60 s ahead) and the lifetime (`exp - iat` at most the configured TTL).
+ * User and service tokens differ by audience, so one can never pass for the other. The current key
+ * signs, with its `kid` in the header; previous secrets or keys only verify, so a key is rotated
+ * without signing anyone out. In an asymmetric mode no HS256 token verifies. Service tokens are
+ * JWT access tokens as RFC 9068 has them: `typ: at+jwt`, `jti`, `client_id`, `scope`.
  */
 export class AccessTokens {
   readonly #clock: Clock
   readonly #ttl: number
-  readonly #sign: (payload: Record<string, unknown>) => string
+  readonly #signUser: (payload: Record<string, unknown>) => string
+  readonly #signService: (payload: Record<string, unknown>) => string
   readonly #verifyUser: Map<string, Verify>
   readonly #verifyService: Map<string, Verify>
   readonly #issuer: string
   readonly #userAudience: string
   readonly #serviceAudience: string
+  readonly #jwks: PublicJwk[]
   readonly #userTokens = new LRUCache<string, Record<string, unknown>>({ max: 10_000 })
   readonly #serviceTokens = new LRUCache<string, Record<string, unknown>>({ max: 10_000 })
 
   constructor(config: Config, clock: Clock) {
-    const keys = jwtSecrets(config)
-    const key = keys[0] as Buffer
     const { issuer, userAudience, serviceAudience, accessTokenTtl } = config.auth.jwt
     this.#clock = clock
     this.#ttl = accessTokenTtl
     this.#issuer = issuer
     this.#userAudience = userAudience
     this.#serviceAudience = serviceAudience
-    this.#sign = createSigner({ key, algorithm: 'HS256', kid: keyId(key) })
+    const asymmetric = signingKeys(config)
+    // Every key that verifies: its kid, algorithm and verification key.
+    let keys: { kid: string; algorithm: 'HS256' | 'ES256' | 'EdDSA'; key: string | Buffer }[]
+    if (asymmetric) {
+      const { current, previous } = asymmetric
+      const signer = { key: current.privatePem as string, algorithm: current.algorithm, kid: current.kid }
+      this.#signUser = createSigner(signer)
+      this.#signService = createSigner({ ...signer, header: { alg: current.algorithm, typ: 'at+jwt' } })
+      keys = [current, ...previous].map((k) => ({ kid: k.kid, algorithm: k.algorithm, key: k.publicPem }))
+      this.#jwks = [current, ...previous].map((k) => k.jwk)
+    } else {
+      const secrets = jwtSecrets(config)
+      const key = secrets[0] as Buffer
+      this.#signUser = createSigner({ key, algorithm: 'HS256', kid: keyId(key) })
+      this.#signService = createSigner({
+        key,
+        algorithm: 'HS256',
+        kid: keyId(key),
+        header: { alg: 'HS256', typ: 'at+jwt' },
+      })
+      keys = secrets.map((k) => ({ kid: keyId(k), algorithm: 'HS256', key: k }))
+      this.#jwks = []
+    }
     // One verifier per key and audience, picked by the token's kid.
     const verifiers = (audience: string, claims: string[]) =>
       new Map(
         keys.map((k) => [
-          keyId(k),
+          k.kid,
           createVerifier({
-            key: k,
-            algorithms: ['HS256'],
+            key: k.key,
+            algorithms: [k.algorithm],
             allowedIss: issuer,
             allowedAud: audience,
             // Time claims are checked against the injected clock below, so the cache stays correct.
@@ -100,22 +126,56 @@ export class AccessTokens {
     this.#verifyService = verifiers(serviceAudience, ['sub', 'cid', 'scope'])
   }
 
-  #issue(audience: string, claims: object, notAfter?: Date): IssuedToken {
+  /** The public keys that verify tokens (a JWK set's `keys`); empty under HS256. */
+  jwks(): PublicJwk[] {
+    return this.#jwks
+  }
+
+  /** The longest lifetime of an access token, in seconds. */
+  get ttl(): number {
+    return this.#ttl
+  }
+
+  #issue(
+    sign: (payload: Record<string, unknown>) => string,
+    audience: string,
+    claims: object,
+    notAfter?: Date,
+  ): IssuedToken {
     const iat = epochSeconds(this.#clock)
     const cap = notAfter === undefined ? Number.POSITIVE_INFINITY : Math.floor(notAfter.getTime() / 1000)
     const exp = Math.max(iat + 1, Math.min(iat + this.#ttl, cap))
     // iat and exp come from the injected clock (fast-jwt honours an explicit iat).
-    const token = this.#sign({ ...claims, iss: this.#issuer, aud: audience, iat, exp })
+    const token = sign({ ...claims, iss: this.#issuer, aud: audience, iat, exp })
     return { token, expiresAt: new Date(exp * 1000), expiresInSeconds: exp - iat }
   }
 
   /** A user token; it expires at `notAfter` when that comes before the configured lifetime ends. */
   issueUserToken(claims: UserTokenClaims, notAfter?: Date): IssuedToken {
-    return this.#issue(this.#userAudience, claims, notAfter)
+    return this.#issue(this.#signUser, this.#userAudience, claims, notAfter)
   }
 
+  /** `cid` stays beside RFC 9068's `client_id` for the verifiers of tokens issued before it. */
   issueServiceToken(claims: ServiceTokenClaims): IssuedToken {
-    return this.#issue(this.#serviceAudience, claims)
+    return this.#issue(this.#signService, this.#serviceAudience, {
+      ...claims,
+      client_id: claims.cid,
+      jti: randomUUID(),
+    })
+  }
+
+  /** The verified claims of a valid token of either audience (introspection), or null. */
+  inspect(
+    token: string,
+  ):
+    | { kind: 'user'; claims: UserTokenClaims; payload: Record<string, unknown> }
+    | { kind: 'service'; claims: ServiceTokenClaims; payload: Record<string, unknown> }
+    | null {
+    const service = this.verifyServiceToken(token)
+    if (service) return { kind: 'service', claims: service, payload: this.#serviceTokens.get(token) ?? {} }
+    const user = this.verifyUserToken(token)
+    if (user) return { kind: 'user', claims: user, payload: this.#userTokens.get(token) ?? {} }
+    return null
   }
 
   /**

@@ -8,7 +8,8 @@
 // (where the reach, which needs two processes on one database, is skipped); then the audit export
 // (test/bench/audit-export.ts): the service's memory while it streams 100,000 events
 // (BENCH_AUDIT_EVENTS), PostgreSQL only. BENCH_ONLY, a regular expression, picks scenarios by name:
-// `BENCH_ONLY=revocation` runs the reach alone, `BENCH_ONLY='audit export'` the export.
+// `BENCH_ONLY=revocation` runs the reach alone, `BENCH_ONLY='audit export'` the export, `BENCH_ONLY='machine tokens'`
+// the OAuth 2.0 section (test/bench/oauth2.ts).
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -22,6 +23,7 @@ import { freePort } from '../../src/lifecycle.ts'
 import { adminQuery, databaseUrl } from '../helpers/postgres-admin.ts'
 import { runNode, START_NODE_FLAGS } from '../helpers/process.ts'
 import { AUDIT_EXPORT, exportLine, GROWTH_GOAL_MB, measureAuditExport } from './audit-export.ts'
+import { measureTokenEndpoints, measureVerification, OAUTH2 } from './oauth2.ts'
 import { measureRevocationReach, REVOCATION_REACH, reachLine } from './revocation-reach.ts'
 import {
   BENCH_ALLOWLIST_ADMIN,
@@ -243,6 +245,7 @@ async function main() {
   const table = !only || scenarios.some((s) => only.test(s.name))
   const reach = !only || only.test(REVOCATION_REACH)
   const exporting = !only || only.test(AUDIT_EXPORT)
+  const oauth2 = !only || only.test(OAUTH2)
   const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-bench-'))
   const serverUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL
   const benchDb = `platform_bench_${randomBytes(4).toString('hex')}`
@@ -255,6 +258,7 @@ async function main() {
     ...PROFILED,
     // The limits would otherwise stop the login and refresh scenarios after a few requests.
     PLATFORM_AUTH_RATE_LIMIT_LOGIN_PER_MINUTE: '1000000000',
+    PLATFORM_AUTH_RATE_LIMIT_SERVICE_TOKEN_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_REFRESH_PER_MINUTE: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_RESET_PER_HOUR: '1000000000',
     PLATFORM_AUTH_RATE_LIMIT_RESET_PER_MINUTE: '1000000000',
@@ -273,6 +277,7 @@ async function main() {
     if (table) await runTable(appEnv, serverUrl, benchDb, dataDir, only)
     if (reach) await runReach(appEnv, serverUrl, dataDir)
     if (exporting) await runExport(appEnv, serverUrl, dataDir)
+    if (oauth2) await runOAuth2(appEnv)
   } finally {
     if (serverUrl) await adminQuery(serverUrl, `drop database if exists ${benchDb} with (force)`)
     await rm(dataDir, { recursive: true, force: true })
@@ -495,6 +500,20 @@ async function runExport(appEnv: Record<string, string>, serverUrl: string | und
   )
   process.stdout.write(`${exportLine(figure)}\n`)
   if (figure.rssPeakMb - figure.rssBeforeMb >= GROWTH_GOAL_MB) process.exitCode = 1
+}
+
+/** OAuth 2.0 for machines (test/bench/oauth2.ts): the token endpoints, Ory Hydra's, and signature verification. */
+async function runOAuth2(appEnv: Record<string, string>) {
+  process.stdout.write(
+    `\nnpm run bench: ${OAUTH2}, ${duration}s each, ${connections} connections, Node ${process.version}\n\n`,
+  )
+  const lines = await measureTokenEndpoints(
+    appEnv,
+    (env) => start('test/bench/bench-server.ts', env, SERVICE_NODE_FLAGS),
+    connections,
+    duration,
+  )
+  for (const line of [...lines, ...(await measureVerification())]) process.stdout.write(`${line}\n`)
 }
 
 await main()

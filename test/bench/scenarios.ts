@@ -158,6 +158,33 @@ export const scenarios: Scenario[] = [
       return { headers: { authorization: `Bearer ${accessToken}` } }
     },
   },
+  // Client credentials, the JSON endpoint and the form token endpoint (test/bench/oauth2.ts compares
+  // both with Ory Hydra in one run, and times ES256 and EdDSA verification against HS256).
+  {
+    name: 'POST /api/auth/service-token (JSON client credentials)',
+    target: 'app',
+    path: '/api/auth/service-token',
+    method: 'POST',
+    expectStatus: 200,
+    prepare: async (_baseUrl, seed) => ({
+      headers: json,
+      body: JSON.stringify({ clientId: seed.clientId, clientSecret: seed.clientSecret }),
+    }),
+  },
+  {
+    name: 'POST /oauth2/token (form, client_secret_basic)',
+    target: 'app',
+    path: '/oauth2/token',
+    method: 'POST',
+    expectStatus: 200,
+    prepare: async (_baseUrl, seed) => ({
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        authorization: `Basic ${Buffer.from(`${seed.clientId}:${seed.clientSecret}`).toString('base64')}`,
+      },
+      body: 'grant_type=client_credentials',
+    }),
+  },
   {
     name: 'POST /api/authz/check, allowed (user → member → owner organization), embedded evaluator',
     floor: 'B',

@@ -42,6 +42,7 @@ const SCOPES: Record<Scope, string> = {
   'authz:check': 'Check permissions',
   'audit:read': 'Read the audit events',
   'webhooks:write': 'Manage webhooks',
+  'tokens:introspect': 'Introspect OAuth tokens (used by service accounts)',
 }
 
 const stateOf = (key: ApiKey, now = Date.now()): [string, Tone] =>

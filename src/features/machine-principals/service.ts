@@ -70,6 +70,13 @@ interface Deps {
   tuples: TupleRecorder
 }
 
+/** A service account whose credentials were just checked. */
+export interface AuthenticatedClient {
+  id: string
+  clientId: string
+  scopes: string[]
+}
+
 const cacheTtlMs = (config: Config) => config.auth.revocation.fallbackTtl * 1000
 
 /**
@@ -156,15 +163,42 @@ export class ServiceAccounts implements RevocationListener {
 
   /** Client-credentials grant; the secret is compared in constant time, unknown ids cost the same. */
   async issueToken(clientId: string, clientSecret: string): Promise<IssuedToken> {
-    const account = await findServiceAccountByClientId(this.#deps.db, clientId)
-    const matches = sameHash(account?.secret_hash ?? this.#dummyHash, sha256(clientSecret))
-    if (!account || !matches || !account.active) {
+    const client = await this.authenticateClient(clientId, clientSecret)
+    if (client.outcome !== 'authenticated') {
       throw new AppError('INVALID_CREDENTIALS', 'The client credentials are not valid')
     }
+    return this.issueTokenFor(client.account, client.account.scopes)
+  }
+
+  /**
+   * Checks a client's credentials: the secret's hash is compared in constant time, and an unknown
+   * client id is compared against a dummy hash, so both paths do the same work. `disabled` is told
+   * only to a caller that presented the account's right secret.
+   */
+  async authenticateClient(
+    clientId: string,
+    clientSecret: string,
+  ): Promise<
+    | { outcome: 'authenticated'; account: AuthenticatedClient }
+    | { outcome: 'invalid' }
+    | { outcome: 'disabled' }
+  > {
+    const account = await findServiceAccountByClientId(this.#deps.db, clientId)
+    const matches = sameHash(account?.secret_hash ?? this.#dummyHash, sha256(clientSecret))
+    if (!account || !matches) return { outcome: 'invalid' }
+    if (!account.active) return { outcome: 'disabled' }
+    return {
+      outcome: 'authenticated',
+      account: { id: account.id, clientId: account.client_id, scopes: account.scopes },
+    }
+  }
+
+  /** A service token for an authenticated account, carrying `scopes` (the account's, or a subset). */
+  issueTokenFor(account: AuthenticatedClient, scopes: readonly string[]): IssuedToken {
     return this.#deps.tokens.issueServiceToken({
       sub: account.id,
-      cid: account.client_id,
-      scope: account.scopes.join(' '),
+      cid: account.clientId,
+      scope: scopes.join(' '),
     })
   }
 
