@@ -138,6 +138,11 @@ export const ConfigSchema = Type.Object({
     poolSize: Count(10),
     // Named (prepared) statements per connection; false behind a pooler that does not keep them.
     preparedStatements: Type.Boolean({ default: true }),
+    /**
+     * The LISTEN connection's own URL, straight to PostgreSQL when `url` goes through a transaction
+     * pooler (which cannot hold a LISTEN); default `url`.
+     */
+    listenUrl: Url(),
     migrateOnStart: Type.Boolean({ default: true }),
   }),
   authz: Type.Object({

@@ -6,10 +6,11 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Kysely } from 'kysely'
+import { ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
 import { type DatabaseHandle, isDatabaseUnavailable, openDatabase } from './database.ts'
 import { migrateToLatest } from './migrator.ts'
-import { sharedListen } from './notifications.ts'
+import { LISTEN_PROBE_MS, sharedListen } from './notifications.ts'
 import type { Database } from './schema.ts'
 
 declare module 'fastify' {
@@ -53,6 +54,7 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
   const migrate = async () => {
     const applied = await migrateToLatest(database.db)
     if (applied.length > 0) app.log.info({ applied }, 'database migrated')
+    if (owned) await checkListenConnection(database)
   }
   try {
     await migrate()
@@ -96,6 +98,29 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
     closing = true
     clearTimeout(timer)
   })
+}
+
+/**
+ * Stops the start-up when notifications sent through the pool do not reach the LISTEN connection:
+ * revocations and configuration changes would then never reach this instance before their caches
+ * expire. A LISTEN URL that cannot be reached at all stops it too (the pool's URL answered).
+ */
+async function checkListenConnection(database: DatabaseHandle): Promise<void> {
+  const property = 'platform.datasource.listen-url'
+  let reached: boolean
+  try {
+    reached = await database.listenReachable()
+  } catch (error) {
+    throw new ConfigError(property, `cannot be reached (${(error as Error).message})`)
+  }
+  if (!reached) {
+    throw new ConfigError(
+      property,
+      `(default platform.datasource.url) must reach PostgreSQL itself: a notification sent through the pool did not arrive on a LISTEN connection there within ${LISTEN_PROBE_MS / 1000} s. ` +
+        'It goes through a transaction pooler (PgBouncer with pool_mode = transaction) or to another database: ' +
+        'point platform.datasource.listen-url straight at the PostgreSQL server and database behind platform.datasource.url.',
+    )
+  }
 }
 
 export default fp(dbPlugin, { name: 'db', fastify: '5.x', dependencies: ['config'] })
