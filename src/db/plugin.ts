@@ -6,9 +6,9 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Kysely } from 'kysely'
-import { ConfigError } from '../config.ts'
+import { type Config, ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
-import { type DatabaseHandle, isDatabaseUnavailable, openDatabase } from './database.ts'
+import { type DatabaseHandle, isDatabaseUnavailable, openDatabase, openPostgres } from './database.ts'
 import { migrateToLatest } from './migrator.ts'
 import { LISTEN_PROBE_MS, sharedListen } from './notifications.ts'
 import type { Database } from './schema.ts'
@@ -52,9 +52,10 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
   if (!app.config.datasource.migrateOnStart) return
 
   const migrate = async () => {
-    const applied = await migrateToLatest(database.db)
-    if (applied.length > 0) app.log.info({ applied }, 'database migrated')
+    // Before migrating: a migrator that went through a transaction pooler would leave its lock behind.
     if (owned) await checkListenConnection(database)
+    const applied = await migrateDatabase(app.config, database)
+    if (applied.length > 0) app.log.info({ applied }, 'database migrated')
   }
   try {
     await migrate()
@@ -101,6 +102,25 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
 }
 
 /**
+ * Applies the pending migrations over a session of their own when platform.datasource.listen-url
+ * names one: Kysely's migrator holds a session-level advisory lock from before its transaction to
+ * after it, which a transaction pooler (PgBouncer) would leave behind on whichever server
+ * connection took it, and the next instance to start would wait for it for an hour. Otherwise
+ * through the pool, as before.
+ */
+export async function migrateDatabase(config: Config, database: DatabaseHandle): Promise<string[]> {
+  const { url, listenUrl } = config.datasource
+  if (database.kind !== 'postgres' || !url || !listenUrl || listenUrl === url)
+    return migrateToLatest(database.db)
+  const direct = openPostgres(listenUrl, { poolSize: 1, preparedStatements: false })
+  try {
+    return await migrateToLatest(direct.db)
+  } finally {
+    await direct.close()
+  }
+}
+
+/**
  * Stops the start-up when notifications sent through the pool do not reach the LISTEN connection:
  * revocations and configuration changes would then never reach this instance before their caches
  * expire. A LISTEN URL that cannot be reached at all stops it too (the pool's URL answered).
@@ -111,7 +131,8 @@ async function checkListenConnection(database: DatabaseHandle): Promise<void> {
   try {
     reached = await database.listenReachable()
   } catch (error) {
-    throw new ConfigError(property, `cannot be reached (${(error as Error).message})`)
+    if (isDatabaseUnavailable(error)) throw error
+    throw new ConfigError(property, `cannot be used (${(error as Error).message})`)
   }
   if (!reached) {
     throw new ConfigError(
