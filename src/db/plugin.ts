@@ -54,7 +54,12 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
   const migrate = async () => {
     // Before migrating: a migrator that went through a transaction pooler would leave its lock behind.
     if (owned) await checkListenConnection(database)
-    const applied = await migrateDatabase(app.config, database)
+    const applied = await migrateDatabase(app.config, database, (unknown) =>
+      app.log.warn(
+        { unknown },
+        'the database was migrated by a newer release: serving on its schema, nothing applied or rolled back',
+      ),
+    )
     if (applied.length > 0) app.log.info({ applied }, 'database migrated')
   }
   try {
@@ -108,13 +113,18 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
  * connection took it, and the next instance to start would wait for it for an hour. Otherwise
  * through the pool, as before.
  */
-export async function migrateDatabase(config: Config, database: DatabaseHandle): Promise<string[]> {
+export async function migrateDatabase(
+  config: Config,
+  database: DatabaseHandle,
+  onAhead?: (unknown: string[]) => void,
+): Promise<string[]> {
   const { url, listenUrl } = config.datasource
-  if (database.kind !== 'postgres' || !url || !listenUrl || listenUrl === url)
-    return migrateToLatest(database.db)
+  if (database.kind !== 'postgres' || !url || !listenUrl || listenUrl === url) {
+    return migrateToLatest(database.db, onAhead)
+  }
   const direct = openPostgres(listenUrl, { poolSize: 1, preparedStatements: false })
   try {
-    return await migrateToLatest(direct.db)
+    return await migrateToLatest(direct.db, onAhead)
   } finally {
     await direct.close()
   }
