@@ -1,10 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import { freePort } from '../../src/lifecycle.ts'
 import { pollUntil } from './poll.ts'
+import { spawnDaemon } from './process.ts'
 
 // A real HAProxy (Debian's haproxy package, which CI installs) on a free loopback port, balancing
 // round robin over service processes on 127.0.0.1 and taking a server out after `fall` failed
@@ -64,21 +64,7 @@ export async function startHaproxy(options: HaproxyOptions): Promise<Haproxy> {
       '',
     ].join('\n'),
   )
-  const child: ChildProcess = spawn(HAPROXY, ['-f', file, '-db'], { stdio: ['ignore', 'pipe', 'pipe'] })
-  let output = ''
-  child.stdout?.on('data', (chunk) => {
-    output += chunk
-  })
-  child.stderr?.on('data', (chunk) => {
-    output += chunk
-  })
-  let exited = false
-  const done = new Promise<void>((resolve) => {
-    child.on('close', () => {
-      exited = true
-      resolve()
-    })
-  })
+  const { child, output: outputOf, exited: hasExited, done } = spawnDaemon(HAPROXY, ['-f', file, '-db'])
   const statuses = async () => {
     const res = await fetch(`http://127.0.0.1:${statsPort}/stats;csv`, { signal: AbortSignal.timeout(5_000) })
     const [header = '', ...rows] = (await res.text()).trim().split('\n')
@@ -100,7 +86,7 @@ export async function startHaproxy(options: HaproxyOptions): Promise<Haproxy> {
       'HAProxy answering its statistics',
       () =>
         statuses().then(
-          () => !exited,
+          () => !hasExited(),
           () => false,
         ),
       10_000,
@@ -109,7 +95,7 @@ export async function startHaproxy(options: HaproxyOptions): Promise<Haproxy> {
   } catch (error) {
     child.kill('SIGKILL')
     await rm(dir, { recursive: true, force: true })
-    throw new Error(`${(error as Error).message}:\n${output}`)
+    throw new Error(`${(error as Error).message}:\n${outputOf()}`)
   }
   return {
     base: `http://127.0.0.1:${port}`,
@@ -121,9 +107,9 @@ export async function startHaproxy(options: HaproxyOptions): Promise<Haproxy> {
         withinMs,
         25,
       ),
-    output: () => output,
+    output: outputOf,
     stop: async () => {
-      if (!exited) child.kill('SIGTERM')
+      if (!hasExited()) child.kill('SIGTERM')
       await done
       await rm(dir, { recursive: true, force: true })
     },

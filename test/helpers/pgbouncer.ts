@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { connect } from 'node:net'
@@ -6,6 +5,7 @@ import { tmpdir } from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import { freePort } from '../../src/lifecycle.ts'
+import { spawnDaemon } from './process.ts'
 
 // A real PgBouncer (Debian's pgbouncer package, which CI installs) in front of the test
 // PostgreSQL, on a free loopback port, with its ini and userlist in a folder of its own. Trust
@@ -68,29 +68,18 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
     { mode: 0o644 },
   )
   const asRoot = process.getuid?.() === 0
-  const child: ChildProcess = spawn(PGBOUNCER, [...(asRoot ? ['-u', 'postgres'] : []), ini], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let output = ''
-  child.stdout?.on('data', (chunk) => {
-    output += chunk
-  })
-  child.stderr?.on('data', (chunk) => {
-    output += chunk
-  })
-  let exited = false
-  const done = new Promise<void>((resolve) => {
-    child.on('close', () => {
-      exited = true
-      resolve()
-    })
-  })
+  const {
+    child,
+    output: outputOf,
+    exited: hasExited,
+    done,
+  } = spawnDaemon(PGBOUNCER, [...(asRoot ? ['-u', 'postgres'] : []), ini])
   const deadline = Date.now() + 10_000
   while (!(await accepts(port))) {
-    if (exited || Date.now() > deadline) {
+    if (hasExited() || Date.now() > deadline) {
       child.kill('SIGKILL')
       await rm(dir, { recursive: true, force: true })
-      throw new Error(`pgbouncer did not start:\n${output}`)
+      throw new Error(`pgbouncer did not start:\n${outputOf()}`)
     }
     await new Promise((resolve) => setTimeout(resolve, 25))
   }
@@ -109,10 +98,10 @@ export async function startPgBouncer(options: PgBouncerOptions): Promise<PgBounc
         await client.end()
       }
     },
-    output: () => output,
+    output: outputOf,
     stop: async () => {
       // SIGTERM: PgBouncer's immediate shutdown (the test's clients are closed by then).
-      if (!exited) child.kill('SIGTERM')
+      if (!hasExited()) child.kill('SIGTERM')
       await done
       await rm(dir, { recursive: true, force: true })
     },
