@@ -9,6 +9,7 @@ import { createTestApp, testSecret } from '../helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
 import { type Haproxy, haproxyInstalled, startHaproxy } from '../helpers/haproxy.ts'
 import { type PgBouncer, pgbouncerInstalled, startPgBouncer } from '../helpers/pgbouncer.ts'
+import { pollUntil } from '../helpers/poll.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 
 // Deployed as in production: three `npm start` processes (src/server.ts) behind a real HAProxy
@@ -18,7 +19,9 @@ import { envOf, type ServiceProcess, startService } from '../helpers/service-pro
 // each instance in turn gets SIGTERM and is started again on its port. Each drains first
 // (platform.server.drain-delay: not ready while still serving, until the balancer has taken it
 // out), then finishes what is in flight, closes its keep-alive connections and exits 0: the load
-// sees only 200 and 201, no connection error and no timeout, and the session still refreshes.
+// sees only 200 and 201, no connection error and no timeout, and the session still refreshes. A
+// session ended afterwards is refused at once by every restarted instance (their LISTEN connections
+// came back with them).
 
 const TIMEOUT_MS = 240_000
 const NAMES = ['a', 'b', 'c'] as const
@@ -105,6 +108,10 @@ describe.skipIf(!usingPostgres() || !haproxyInstalled() || !pgbouncerInstalled()
         'platform.datasource.pool-size': '4',
         'platform.server.drain-delay': '2s',
         'platform.auth.cookie.secure': 'false',
+        // Access cookies are checked against their session's state, which each instance caches for
+        // an hour: only the NOTIFY of a revocation can end one sooner.
+        'platform.auth.session-version.enabled': 'true',
+        'platform.auth.revocation.fallback-ttl': '1h',
       }
       const seeding = await createTestApp({
         config: { ...config, 'platform.datasource.url': direct },
@@ -183,6 +190,47 @@ describe.skipIf(!usingPostgres() || !haproxyInstalled() || !pgbouncerInstalled()
         headers: { cookie },
       })
       expect(refreshed.status).toBe(200)
+    })
+
+    it('revokes, on every restarted instance, a session ended through the balancer', async () => {
+      const signIn = async () => {
+        const res = await fetch(`${haproxy.base}/api/auth/login`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ username: member.email, password: PASSWORD }),
+        })
+        expect(res.status).toBe(200)
+        const { sessionId } = (await res.json()) as { sessionId: string }
+        const cookie = res.headers
+          .getSetCookie()
+          .map((line) => line.split(';')[0] as string)
+          .find((pair) => pair.startsWith('access_token=')) as string
+        return { sessionId, cookie }
+      }
+      const [revoked, kept] = [await signIn(), await signIn()]
+      const onEach = (cookie: string) =>
+        Promise.all(
+          NAMES.map(async (name) => {
+            const res = await fetch(`${(instances.get(name) as ServiceProcess).base}/api/auth/sessions`, {
+              headers: { cookie },
+            })
+            await res.arrayBuffer()
+            return res.status
+          }),
+        )
+      // Each instance now holds the session's state.
+      expect(await onEach(revoked.cookie)).toEqual([200, 200, 200])
+      const ended = await fetch(`${haproxy.base}/api/auth/sessions/${revoked.sessionId}`, {
+        method: 'DELETE',
+        headers: { cookie: kept.cookie },
+      })
+      expect(ended.status).toBe(204)
+      await pollUntil(
+        'every instance refusing the revoked session',
+        async () => (await onEach(revoked.cookie)).every((status) => status === 401),
+        20_000,
+      )
+      expect(await onEach(kept.cookie)).toEqual([200, 200, 200])
     })
   },
 )
