@@ -6,7 +6,7 @@ import { buildApp } from './app.ts'
 import { SYSTEM_CHAIN, verifyStoredChain } from './audit/index.ts'
 import { authzInit } from './authz/init.ts'
 import { type ConfigSource, configFromEnv, loadConfig } from './config.ts'
-import { migrateToLatest } from './db/migrator.ts'
+import { migrateDatabase } from './db/plugin.ts'
 import { developmentSecret } from './dev-secret.ts'
 import { AppError } from './errors.ts'
 import { listAccounts } from './features/accounts/index.ts'
@@ -45,7 +45,7 @@ const commands: Record<string, Command> = {
     usage: 'migrate',
     migrateOnStart: false,
     options: {},
-    run: async (app) => ({ applied: await migrateToLatest(app.db) }),
+    run: async (app) => ({ applied: await migrateDatabase(app.config, app.database) }),
   },
   'org create': {
     usage: 'org create --name NAME',

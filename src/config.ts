@@ -39,6 +39,12 @@ export const ConfigSchema = Type.Object({
     host: Text('0.0.0.0'),
     port: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
     trustProxy: Text('false'),
+    /**
+     * On SIGTERM, how long the instance answers not-ready on /health/ready while still serving,
+     * before it stops accepting: long enough for a load balancer's health checks to take it out
+     * (their interval times the failures they need, and one more interval). 0: close at once.
+     */
+    drainDelay: Duration('0s', { minimum: 0, maximum: 300 }),
   }),
   web: Type.Object({
     publicUrl: Url('http://localhost:8080'),
@@ -160,6 +166,11 @@ export const ConfigSchema = Type.Object({
     poolSize: Count(10),
     // Named (prepared) statements per connection; false behind a pooler that does not keep them.
     preparedStatements: Type.Boolean({ default: true }),
+    /**
+     * The LISTEN connection's own URL, straight to PostgreSQL when `url` goes through a transaction
+     * pooler (which cannot hold a LISTEN); default `url`.
+     */
+    listenUrl: Url(),
     migrateOnStart: Type.Boolean({ default: true }),
   }),
   authz: Type.Object({

@@ -9,12 +9,19 @@ const SHUTDOWN_GRACE_MS = 25_000
  * 503, close pools through the onClose hooks) before the process exits: with 0 on SIGTERM, SIGINT
  * and the other termination signals, with 1 on an uncaught exception or an unhandled rejection, on
  * a second signal or error while closing, or when closing outlasts the grace period.
+ *
+ * On a signal, with `platform.server.drain-delay` set, the instance first drains: /health/ready
+ * answers 503 while every request is still served as before, for the drain delay, so that a load
+ * balancer checking readiness stops sending it requests before it stops accepting them. Closing
+ * then ends idle keep-alive connections and, with `connection: close` on their last response, those
+ * of the requests still in flight.
  */
 export async function serve(app: FastifyInstance): Promise<string> {
   const address = await app.listen({ host: app.config.server.host, port: app.config.server.port })
+  const drainMs = app.config.server.drainDelay * 1000
   closeWithGrace(
     {
-      delay: SHUTDOWN_GRACE_MS,
+      delay: SHUTDOWN_GRACE_MS + drainMs,
       logger: app.log,
       // A JS listener cannot run safely after a real fault of these: Node's default ends the process.
       skip: ['SIGSEGV', 'SIGBUS', 'SIGFPE', 'SIGILL'],
@@ -23,7 +30,12 @@ export async function serve(app: FastifyInstance): Promise<string> {
     async (event) => {
       const crashed = 'err' in event
       if (crashed) app.log.fatal({ err: event.err }, 'uncaught error: shutting down')
-      else app.log.info({ signal: event.signal }, 'shutting down')
+      else if (drainMs > 0) {
+        app.readiness.drain()
+        app.log.info({ signal: event.signal, drainDelayMs: drainMs }, 'draining: not ready, still serving')
+        await new Promise((resolve) => setTimeout(resolve, drainMs))
+        app.log.info({ signal: event.signal }, 'shutting down')
+      } else app.log.info({ signal: event.signal }, 'shutting down')
       await app.close().catch((error: unknown) => {
         throw new Error('shutdown failed', { cause: error })
       })

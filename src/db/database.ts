@@ -7,7 +7,7 @@ import { type Config, ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
 import { EmbeddedDatabaseBusyError, holderAddress, serveHeld, tryLock, unlock } from './embedded-holder.ts'
 import { FifoLock } from './fifo-lock.ts'
-import { postgresNotifications } from './notifications.ts'
+import { listenReaches, postgresNotifications } from './notifications.ts'
 import type { Database, Tx } from './schema.ts'
 
 export interface PoolStats {
@@ -29,6 +29,12 @@ export interface DatabaseHandle {
    * reconnect: drop every cached value on both.
    */
   listen(channel: string, onMessage: (payload: string) => void): Promise<() => Promise<void>>
+  /**
+   * True when a notification sent through the pool reaches a connection opened the way the LISTEN
+   * connection is (`listenReaches`, src/db/notifications.ts) within `timeoutMs`: false behind a
+   * transaction pooler, or when the two URLs name different databases.
+   */
+  listenReachable(timeoutMs?: number): Promise<boolean>
   close(): Promise<void>
 }
 
@@ -48,6 +54,8 @@ export interface PostgresOptions {
    * named statements (PgBouncer in transaction mode before 1.21).
    */
   preparedStatements?: boolean
+  /** Where the LISTEN connection goes (straight to PostgreSQL); default the pool's URL. */
+  listenUrl?: string
 }
 
 /** The most statements one connection prepares; a text beyond them runs unnamed, as before. */
@@ -125,12 +133,19 @@ export function openPostgres(url: string, options: PostgresOptions = {}): Databa
   })
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
   // One LISTEN connection for all channels, opened by the first subscriber.
-  const notifications = postgresNotifications(url, (error) => options.onIdleError?.(error))
+  const listenUrl = options.listenUrl ?? url
+  const notifications = postgresNotifications(listenUrl, (error) => options.onIdleError?.(error))
   return {
     db,
     kind: 'postgres',
     stats: () => ({ total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max }),
     listen: (channel, onMessage) => notifications.listen(channel, onMessage),
+    listenReachable: (timeoutMs) =>
+      listenReaches(
+        listenUrl,
+        async (channel, payload) => void (await sql`select pg_notify(${channel}, ${payload})`.execute(db)),
+        timeoutMs,
+      ),
     close: async () => {
       await notifications.close()
       await db.destroy()
@@ -165,7 +180,9 @@ export async function openPGlite(directory?: string, options: PostgresOptions = 
           `if no such process runs, delete ${directory}.lock.`,
       )
     }
-    return handle
+    // The socket does not carry notifications between processes (a revocation made here reaches
+    // the holder when its cache entry expires): nothing to probe.
+    return { ...handle, listenReachable: async () => true }
   }
   try {
     await mkdir(directory, { recursive: true })
@@ -197,6 +214,8 @@ async function openOwnPGlite(directory?: string): Promise<DatabaseHandle> {
         if (!pglite.closed) await lock.run(() => unlisten())
       }
     },
+    // One session: what it sends, it hears.
+    listenReachable: async () => true,
     close: async () => {
       await served?.close()
       await db.destroy()
@@ -231,8 +250,8 @@ function taking(lock: FifoLock, pglite: PGlite): KyselyPGlite {
 export async function openDatabase(config: Config, options: PostgresOptions = {}): Promise<DatabaseHandle> {
   const url = config.datasource.url
   if (url) {
-    const { poolSize, preparedStatements } = config.datasource
-    return openPostgres(url, { poolSize, preparedStatements, ...options })
+    const { poolSize, preparedStatements, listenUrl } = config.datasource
+    return openPostgres(url, { poolSize, preparedStatements, listenUrl, ...options })
   }
   if (config.profile === 'production') {
     throw new ConfigError('platform.datasource.url', 'is required under the production profile')

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { sql } from 'kysely'
 import pg from 'pg'
 import type { Tx } from './schema.ts'
@@ -179,6 +180,52 @@ export function postgresNotifications(url: string, onError: (error: Error) => vo
         current = null
         await client?.end().catch(() => {})
       }),
+  }
+}
+
+/** How long a start-up waits for its probe notification on the LISTEN connection. */
+export const LISTEN_PROBE_MS = 5_000
+const PROBE_CHANNEL = 'platform_listen_probe'
+
+/**
+ * Whether notifications reach a LISTEN connection on `url`: a connection opened there listens on a
+ * probe channel, `send` notifies it from elsewhere (the pool), and the answer is whether that
+ * notification arrives within `timeoutMs`. Straight to PostgreSQL it arrives within milliseconds.
+ * Through a transaction pooler (PgBouncer with `pool_mode = transaction`) it never does: the LISTEN
+ * ran on a server connection that went back to the pooler's pool when the statement ended, and a
+ * notification for an idle server connection is not passed to any client. (Comparing
+ * `pg_backend_pid()` across statements would not tell: an idle pooler hands the same server
+ * connection back, so two answers agree by chance.) A statement now and then on the probe
+ * connection makes the server deliver what is pending at once, without waiting for its idle loop.
+ */
+export async function listenReaches(
+  url: string,
+  send: (channel: string, payload: string) => Promise<void>,
+  timeoutMs = LISTEN_PROBE_MS,
+): Promise<boolean> {
+  const client = new pg.Client({
+    connectionString: url,
+    application_name: 'platform-core-listen-probe',
+    connectionTimeoutMillis: 5_000,
+  })
+  client.on('error', () => {})
+  const payload = randomUUID()
+  let arrived = false
+  client.on('notification', (message) => {
+    if (message.channel === PROBE_CHANNEL && message.payload === payload) arrived = true
+  })
+  await client.connect()
+  try {
+    await client.query(`listen ${PROBE_CHANNEL}`)
+    await send(PROBE_CHANNEL, payload)
+    const deadline = Date.now() + timeoutMs
+    while (!arrived && Date.now() < deadline) {
+      await client.query('select 1')
+      if (!arrived) await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    return arrived
+  } finally {
+    await client.end().catch(() => {})
   }
 }
 

@@ -6,10 +6,11 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Kysely } from 'kysely'
+import { type Config, ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
-import { type DatabaseHandle, isDatabaseUnavailable, openDatabase } from './database.ts'
+import { type DatabaseHandle, isDatabaseUnavailable, openDatabase, openPostgres } from './database.ts'
 import { migrateToLatest } from './migrator.ts'
-import { sharedListen } from './notifications.ts'
+import { LISTEN_PROBE_MS, sharedListen } from './notifications.ts'
 import type { Database } from './schema.ts'
 
 declare module 'fastify' {
@@ -51,7 +52,14 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
   if (!app.config.datasource.migrateOnStart) return
 
   const migrate = async () => {
-    const applied = await migrateToLatest(database.db)
+    // Before migrating: a migrator that went through a transaction pooler would leave its lock behind.
+    if (owned) await checkListenConnection(database)
+    const applied = await migrateDatabase(app.config, database, (unknown) =>
+      app.log.warn(
+        { unknown },
+        'the database was migrated by a newer release: serving on its schema, nothing applied or rolled back',
+      ),
+    )
     if (applied.length > 0) app.log.info({ applied }, 'database migrated')
   }
   try {
@@ -96,6 +104,54 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
     closing = true
     clearTimeout(timer)
   })
+}
+
+/**
+ * Applies the pending migrations over a session of their own when platform.datasource.listen-url
+ * names one: Kysely's migrator holds a session-level advisory lock from before its transaction to
+ * after it, which a transaction pooler (PgBouncer) would leave behind on whichever server
+ * connection took it, and the next instance to start would wait for it for an hour. Otherwise
+ * through the pool, as before.
+ */
+export async function migrateDatabase(
+  config: Config,
+  database: DatabaseHandle,
+  onAhead?: (unknown: string[]) => void,
+): Promise<string[]> {
+  const { url, listenUrl } = config.datasource
+  if (database.kind !== 'postgres' || !url || !listenUrl || listenUrl === url) {
+    return migrateToLatest(database.db, onAhead)
+  }
+  const direct = openPostgres(listenUrl, { poolSize: 1, preparedStatements: false })
+  try {
+    return await migrateToLatest(direct.db, onAhead)
+  } finally {
+    await direct.close()
+  }
+}
+
+/**
+ * Stops the start-up when notifications sent through the pool do not reach the LISTEN connection:
+ * revocations and configuration changes would then never reach this instance before their caches
+ * expire. A LISTEN URL that cannot be reached at all stops it too (the pool's URL answered).
+ */
+async function checkListenConnection(database: DatabaseHandle): Promise<void> {
+  const property = 'platform.datasource.listen-url'
+  let reached: boolean
+  try {
+    reached = await database.listenReachable()
+  } catch (error) {
+    if (isDatabaseUnavailable(error)) throw error
+    throw new ConfigError(property, `cannot be used (${(error as Error).message})`)
+  }
+  if (!reached) {
+    throw new ConfigError(
+      property,
+      `(default platform.datasource.url) must reach PostgreSQL itself: a notification sent through the pool did not arrive on a LISTEN connection there within ${LISTEN_PROBE_MS / 1000} s. ` +
+        'It goes through a transaction pooler (PgBouncer with pool_mode = transaction) or to another database: ' +
+        'point platform.datasource.listen-url straight at the PostgreSQL server and database behind platform.datasource.url.',
+    )
+  }
 }
 
 export default fp(dbPlugin, { name: 'db', fastify: '5.x', dependencies: ['config'] })

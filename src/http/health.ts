@@ -9,7 +9,11 @@ export type ReadinessCheck = () => Promise<void>
 
 declare module 'fastify' {
   interface FastifyInstance {
-    readiness: { add(name: string, check: ReadinessCheck): void }
+    readiness: {
+      add(name: string, check: ReadinessCheck): void
+      /** From now on /health/ready answers 503 (`shutdown`): the instance is draining before it stops. */
+      drain(): void
+    }
   }
 }
 
@@ -37,7 +41,13 @@ async function withTimeout(check: ReadinessCheck): Promise<void> {
 
 const healthPlugin: FastifyPluginAsyncTypebox = async (app) => {
   const checks = new Map<string, ReadinessCheck>()
-  app.decorate('readiness', { add: (name: string, check: ReadinessCheck) => void checks.set(name, check) })
+  let draining = false
+  app.decorate('readiness', {
+    add: (name: string, check: ReadinessCheck) => void checks.set(name, check),
+    drain: () => {
+      draining = true
+    },
+  })
   app.readiness.add('database', async () => {
     if (app.migrations.pending) throw new Error('The database has not been migrated yet')
     await sql`select 1`.execute(app.db)
@@ -69,6 +79,12 @@ const healthPlugin: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request) => {
+      if (draining) {
+        throw new AppError('SERVICE_UNAVAILABLE', 'Not ready: shutting down', {
+          extensions: { checks: { shutdown: 'DOWN' } },
+          headers: { 'retry-after': '5' },
+        })
+      }
       const results = await Promise.all(
         [...checks].map(async ([name, check]) => {
           try {

@@ -76,3 +76,30 @@ export function waitForOutput(child: ChildProcess, pattern: RegExp): Promise<str
     child.on('exit', onExit)
   })
 }
+
+/** A daemon run in the foreground (PgBouncer, HAProxy): its output kept for failure messages. */
+export interface Daemon {
+  child: ChildProcess
+  output(): string
+  exited(): boolean
+  /** Resolves once it has exited. */
+  done: Promise<void>
+}
+
+export function spawnDaemon(command: string, args: string[]): Daemon {
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  const keep = (chunk: Buffer) => {
+    output += chunk
+  }
+  child.stdout?.on('data', keep)
+  child.stderr?.on('data', keep)
+  let exited = false
+  const done = new Promise<void>((resolve) => {
+    child.on('close', () => {
+      exited = true
+      resolve()
+    })
+  })
+  return { child, output: () => output, exited: () => exited, done }
+}

@@ -28,6 +28,8 @@ export interface ServiceOptions {
   preload?: string[]
   ipc?: boolean
   readyWithinMs?: number
+  /** The checkout to run (another release's sources); this one by default. */
+  root?: string
 }
 
 /** Starts the service and resolves once GET /health/live answers 200; rejects if it exits first. */
@@ -39,7 +41,7 @@ export async function startService(options: ServiceOptions): Promise<ServiceProc
     'src/server.ts',
   ]
   const child = spawn(process.execPath, args, {
-    cwd: ROOT,
+    cwd: options.root ?? ROOT,
     env: {
       PATH: process.env.PATH ?? '',
       ...options.env,
