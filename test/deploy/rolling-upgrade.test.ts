@@ -12,8 +12,8 @@ import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers
 import { ROOT, runNode } from '../helpers/process.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 
-// A rolling upgrade on one database: the previous release (the commit before the one that added the
-// newest migration, its sources exported with `git archive` into a temporary folder, this checkout's
+// A rolling upgrade on one database: the previous release (the newest earlier commit whose
+// migrations this release's extend, its sources exported with `git archive` into a temporary folder, this checkout's
 // node_modules linked in) serves on a database it migrated, with a signed-in user creating and
 // reading purchase requests all along, while this release starts beside it and applies the newer
 // migration: the old release keeps answering every request. Then this release starts on a schema a
@@ -22,16 +22,31 @@ import { envOf, type ServiceProcess, startService } from '../helpers/service-pro
 const run = promisify(execFile)
 const TIMEOUT_MS = 180_000
 
+/** The migration names a commit holds, in the order the migrator applies them. */
+async function migrationsAt(commit: string): Promise<string[]> {
+  const listed = await run('git', ['ls-tree', '--name-only', commit, 'migrations/'], { cwd: ROOT })
+  return listed.stdout.split('\n').filter(Boolean).sort()
+}
+
+/**
+ * The previous release: the newest commit of this branch's own line (first parents) whose
+ * migrations are a proper prefix of this checkout's, so a database it migrated is one this release
+ * can move on from. (A commit between two merges may hold a later-numbered migration without an
+ * earlier one a later merge brought; no release ships in that state, and the migrator refuses it.)
+ */
 async function previousRelease(): Promise<string | null> {
-  const newest = await run('git', ['log', '-1', '--format=%H', '--', 'migrations/'], { cwd: ROOT }).catch(
-    () => null,
-  )
-  const commit = newest?.stdout.trim()
-  if (!commit) return null
-  const parent = await run('git', ['rev-parse', '--verify', '--quiet', `${commit}~1`], { cwd: ROOT }).catch(
-    () => null,
-  )
-  return parent?.stdout.trim() || null
+  const history = await run('git', ['rev-list', '--first-parent', '--max-count=400', 'HEAD'], {
+    cwd: ROOT,
+  }).catch(() => null)
+  const commits = history?.stdout.split('\n').filter(Boolean) ?? []
+  const head = commits[0]
+  if (!head) return null
+  const current = await migrationsAt(head)
+  for (const commit of commits.slice(1)) {
+    const older = await migrationsAt(commit)
+    if (older.length < current.length && older.every((name, i) => name === current[i])) return commit
+  }
+  return null
 }
 
 describe.skipIf(!usingPostgres())(
