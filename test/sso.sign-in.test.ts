@@ -29,6 +29,8 @@ let t: TestApp
 let dns: TestDnsServer
 let idpA: RunningProvider
 let idpB: RunningProvider
+/** A deployment-wide provider ("Continue with …"), not any organization's connection. */
+let idpSocial: RunningProvider
 
 interface Org {
   admin: TestUser
@@ -66,15 +68,32 @@ async function organizationWith(
 
 beforeAll(async () => {
   dns = await TestDnsServer.start()
-  ;[idpA, idpB] = await Promise.all([startOidcProvider(REDIRECT_URI), startOidcProvider(REDIRECT_URI)])
-  t = await createTestApp({ config: { ...ACCOUNT_TEST_CONFIG, 'platform.dns.servers': dns.address } })
+  ;[idpA, idpB, idpSocial] = await Promise.all([
+    startOidcProvider(REDIRECT_URI),
+    startOidcProvider(REDIRECT_URI),
+    startOidcProvider(REDIRECT_URI),
+  ])
+  t = await createTestApp({
+    config: {
+      ...ACCOUNT_TEST_CONFIG,
+      'platform.dns.servers': dns.address,
+      'platform.auth.oidc.providers': JSON.stringify([
+        {
+          id: 'social',
+          issuer: idpSocial.issuer,
+          clientId: idpSocial.clientId,
+          clientSecret: idpSocial.clientSecret,
+        },
+      ]),
+    },
+  })
   orgA = await organizationWith(idpA)
   orgB = await organizationWith(idpB)
 })
 
 afterAll(async () => {
   await t?.close()
-  await Promise.all([idpA?.close(), idpB?.close(), dns?.close()])
+  await Promise.all([idpA?.close(), idpB?.close(), idpSocial?.close(), dns?.close()])
 })
 
 /** A person at the provider with these claims; the login name is the subject. */
@@ -233,5 +252,25 @@ describe('signing in through a connection', () => {
     expectProblem(await login(t.app, member.email, member.password), 403, 'SSO_REQUIRED')
     const sub = person(idpA, { email: member.email, email_verified: true })
     expect((await me(await signInWithSso(member.email, sub))).id).toBe(member.id)
+
+    // A deployment-wide provider identity linked to the member is another way in, refused alike.
+    const socialSub = person(idpSocial, { email: member.email, email_verified: true })
+    await t.app.db
+      .insertInto('federated_identities')
+      .values({
+        organization_id: member.organizationId,
+        account_id: member.id,
+        issuer: idpSocial.issuer,
+        subject: socialSub,
+        provider_ref: 'platform:social',
+        email: member.email,
+        created_at: t.clock.now(),
+      })
+      .execute()
+    const started = await t.app.inject({ method: 'GET', url: '/api/auth/oidc/social/start' })
+    expect(started.statusCode, started.body).toBe(302)
+    const flow = cookie(started, 'oidc_flow')?.value ?? ''
+    const back = await passProviderPages(String(started.headers.location), socialSub)
+    expectProblem(await callback(back, flow), 403, 'SSO_REQUIRED')
   })
 })

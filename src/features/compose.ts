@@ -200,7 +200,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     versions: sessionVersions,
     sessionMaxAge: (organizationId) => securityPolicies.sessionMaxAge(organizationId),
     // Bound below, once the organization configuration it reads exists.
-    signInPolicy: (user, method) => ssoRequired(user, method),
+    signInPolicy: (user, method, context) => ssoRequired(user, method, context),
   })
   const sessionGate = sessionVersions
     ? new SessionGate({

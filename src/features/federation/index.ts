@@ -20,7 +20,7 @@ export {
 export { oidcFlowRetention } from './retention.ts'
 /** The flow cookie's name, and its setter: a route that starts a flow of its own (returning JSON) sets it too. */
 export { FLOW_COOKIE, setFlowCookie } from './routes.ts'
-export { type CallbackOutcome, FederatedSignIns } from './service.ts'
+export { type CallbackOutcome, CONNECTION_KIND, FederatedSignIns } from './service.ts'
 
 export default async function federationFeature(app: FastifyInstance) {
   await app.register(oidcRoutes, { prefix: '/api/auth/oidc' })

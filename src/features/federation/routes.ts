@@ -149,7 +149,9 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
         setFlowCookie(reply, config, SECOND_FACTOR_COOKIE, outcome.handle, SECOND_FACTOR_TTL_SECONDS)
         return reply.redirect(frontend('/?oidc=second-factor'), 302)
       }
-      const session = await app.services.sessions.start(outcome, client(request), outcome.signInMethod)
+      const session = await app.services.sessions.start(outcome, client(request), outcome.signInMethod, {
+        organizationConnection: outcome.organizationConnection,
+      })
       app.background.run('new-device-check', () =>
         app.services.newDeviceNotice.onLogin(outcome.userId, client(request)),
       )
@@ -186,7 +188,9 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
         passkey: passkey as never,
       })
       clearFlowCookie(reply, config, SECOND_FACTOR_COOKIE)
-      const session = await app.services.sessions.start(user, client(request), user.signInMethod)
+      const session = await app.services.sessions.start(user, client(request), user.signInMethod, {
+        organizationConnection: user.organizationConnection,
+      })
       setSessionCookies(reply, config, session, clock.now())
       return sessionResponse(session)
     },

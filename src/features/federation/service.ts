@@ -58,9 +58,19 @@ export interface FederatedSignInsDeps {
 
 /** What a callback came to: a signed-in user, a sign-in waiting for its second factor, or a link. */
 export type CallbackOutcome =
-  | { kind: 'signed_in'; userId: string; organizationId: string; signInMethod: SignInMethod }
+  | {
+      kind: 'signed_in'
+      userId: string
+      organizationId: string
+      signInMethod: SignInMethod
+      /** Through the organization's own SSO connection (not a deployment-wide provider). */
+      organizationConnection: boolean
+    }
   | { kind: 'second_factor'; handle: string }
   | { kind: 'linked'; identityId: string }
+
+/** The provider kind organization SSO connections register (src/features/sso/sign-in.ts). */
+export const CONNECTION_KIND = 'connection'
 
 const notLinked = () =>
   new AppError(
@@ -151,6 +161,7 @@ export class FederatedSignIns {
       userId: account.id,
       organizationId: account.organization_id,
       signInMethod: 'oidc',
+      organizationConnection: finished.identity.ref.kind === CONNECTION_KIND,
     }
   }
 
@@ -161,7 +172,12 @@ export class FederatedSignIns {
   async completeSecondFactor(
     handle: string | undefined,
     factors: { otpCode: string | undefined; passkey: PasskeyAssertion | undefined },
-  ): Promise<{ userId: string; organizationId: string; signInMethod: SignInMethod }> {
+  ): Promise<{
+    userId: string
+    organizationId: string
+    signInMethod: SignInMethod
+    organizationConnection: boolean
+  }> {
     const { db, clock, config, flow } = this.#deps
     const held = await flow.peekSecondFactor(handle)
     const now = clock.now()
@@ -183,7 +199,12 @@ export class FederatedSignIns {
       throw accountLocked(lockedUntil, now)
     await flow.takeSecondFactor(handle)
     const signInMethod: SignInMethod = passed ? `oidc+${passed}` : 'oidc'
-    return { userId: account.id, organizationId: account.organization_id, signInMethod }
+    return {
+      userId: account.id,
+      organizationId: account.organization_id,
+      signInMethod,
+      organizationConnection: held.ref.kind === CONNECTION_KIND,
+    }
   }
 
   /** The identities linked to the signed-in user's account. */

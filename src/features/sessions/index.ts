@@ -24,6 +24,7 @@ export {
   type IssuedSession,
   type PendingSession,
   SessionService,
+  type SignInContext,
   type SignInMethod,
   type SignInPolicy,
 } from './service.ts'

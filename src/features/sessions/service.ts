@@ -69,7 +69,14 @@ export interface ClientInfo {
 export type SignInPolicy = (
   user: { userId: string; organizationId: string },
   signInMethod: SignInMethod,
+  context: SignInContext,
 ) => Promise<void>
+
+/** What a sign-in policy knows of the sign-in beyond its method. */
+export interface SignInContext {
+  /** An identity provider sign-in through the user's organization's own SSO connection. */
+  organizationConnection: boolean
+}
 
 export interface SessionServiceDeps {
   audit: AuditTrail
@@ -149,9 +156,10 @@ export class SessionService {
     user: { userId: string; organizationId: string },
     client: ClientInfo,
     signInMethod: SignInMethod = 'password',
+    context: SignInContext = { organizationConnection: false },
   ): Promise<IssuedSession> {
     const { db, clock, config } = this.#deps
-    await this.#deps.signInPolicy?.(user, signInMethod)
+    await this.#deps.signInPolicy?.(user, signInMethod, context)
     const now = clock.now()
     const refresh = newOpaqueToken()
     const expiresAt = addSeconds(now, config.auth.session.absoluteTtl)

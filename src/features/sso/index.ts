@@ -5,10 +5,11 @@
 import type { FastifyInstance } from 'fastify'
 import ssoAdminRoutes, { ssoStartRoutes } from './routes.ts'
 
+export { CONNECTION_KIND } from '../federation/index.ts'
 export { txtLookup } from './domains.ts'
 export { SSO_REQUIRED_KEY, ssoRequirement } from './policy.ts'
 export { SsoAdministration } from './service.ts'
-export { CONNECTION_KIND, ConnectionSignIns } from './sign-in.ts'
+export { ConnectionSignIns } from './sign-in.ts'
 
 export default async function ssoFeature(app: FastifyInstance) {
   await app.register(ssoAdminRoutes, { prefix: '/api/organizations/current/sso' })

@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely'
 import type { Database } from '../../db/schema.ts'
 import { AppError } from '../../errors.ts'
 import { findAccount } from '../accounts/index.ts'
-import type { SignInMethod } from '../sessions/index.ts'
+import type { SignInContext, SignInMethod } from '../sessions/index.ts'
 import { domainOfEmail } from './domains.ts'
 import { isDomainVerifiedFor } from './repository.ts'
 
@@ -23,12 +23,19 @@ export interface SsoRequirementDeps {
  * organization verified signs in through the organization's connection only. A password, an email
  * link or code, or a passkey alone answer 403 SSO_REQUIRED once the credentials were proved (so the
  * refusal reveals nothing an attempt without them could learn). The organization's admins keep a
- * break-glass way in: password together with a second factor (TOTP or a passkey). Sign-ins through
- * an identity provider pass here: the connection's own checks decide them.
+ * break-glass way in: password together with a second factor (TOTP or a passkey). A sign-in through
+ * the organization's own connection passes here (the connection's own checks decide it); one through
+ * a deployment-wide provider ("Continue with …") is refused like a password.
  */
 export function ssoRequirement(deps: SsoRequirementDeps) {
-  return async (user: { userId: string; organizationId: string }, method: SignInMethod): Promise<void> => {
-    if (method.startsWith('oidc')) return
+  return async (
+    user: { userId: string; organizationId: string },
+    method: SignInMethod,
+    context: SignInContext,
+  ): Promise<void> => {
+    // The organization's own connection is the way SSO requires; a deployment-wide provider
+    // ("Continue with …") is another way, refused like a password.
+    if (context.organizationConnection) return
     if ((await deps.configValue(user.organizationId, SSO_REQUIRED_KEY)) !== 'true') return
     const account = await findAccount(deps.db, user.userId)
     const domain = account ? domainOfEmail(account.email) : null

@@ -4,7 +4,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox'
 import { Type } from '@sinclair/typebox'
 import { AppError, problemResponses } from '../../errors.ts'
 import { requireUser } from '../../principal.ts'
-import { FLOW_COOKIE, FLOW_TTL_SECONDS, setFlowCookie } from '../federation/index.ts'
+import { CONNECTION_KIND, FLOW_COOKIE, FLOW_TTL_SECONDS, setFlowCookie } from '../federation/index.ts'
 import {
   AddSsoDomain,
   ConnectionParams,
@@ -18,7 +18,6 @@ import {
   SsoStart,
   UpdateSsoConnection,
 } from './schemas.ts'
-import { CONNECTION_KIND } from './sign-in.ts'
 
 const tags = ['sso']
 const Removed = Type.Null({ description: 'Removed' })

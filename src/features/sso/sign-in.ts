@@ -23,7 +23,6 @@ import {
 } from './repository.ts'
 
 /** The provider kind of organization connections: flows name them `connection:<id>`. */
-export const CONNECTION_KIND = 'connection'
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
