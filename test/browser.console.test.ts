@@ -229,6 +229,7 @@ describe('the console in Chromium', () => {
       'Webhooks',
       'Audit events',
       'Security policies',
+      'Single sign-on',
       'Configuration',
       'Outbox',
     ])

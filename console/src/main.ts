@@ -52,9 +52,9 @@ const ROUTES: Route[] = [
   { name: 'webhooks', label: 'Webhooks', screen: webhooksScreen, detail: webhookScreen, admin: true },
   { name: 'audit', label: 'Audit events', screen: auditScreen, admin: true },
   { name: 'security', label: 'Security policies', screen: securityScreen, admin: true },
+  { name: 'sso', label: 'Single sign-on', screen: ssoScreen, admin: true },
   { name: 'configuration', label: 'Configuration', screen: configurationScreen, admin: true },
   { name: 'outbox', label: 'Outbox', screen: outboxScreen, admin: true },
-  { name: 'sso', label: 'Single sign-on', screen: ssoScreen, admin: true },
 ]
 const HOME = 'account'
 
