@@ -327,6 +327,8 @@ describe('session management', () => {
           'userAgent',
           'ipAddress',
           'signInMethod',
+          // The admin holding the session while impersonating the user; null otherwise.
+          'impersonatorId',
           'current',
         ].toSorted(),
       )
