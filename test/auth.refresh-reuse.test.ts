@@ -344,6 +344,7 @@ describe('session management', () => {
       userAgent: 'Phone/2.0',
       ipAddress: '203.0.113.9',
       signInMethod: 'password',
+      impersonatorId: null,
       current: true,
     })
     expect(items.find((s) => s.sessionId === laptop.sessionId)).toMatchObject({
