@@ -17,7 +17,7 @@ describe('configuration', () => {
   it('applies the documented defaults', () => {
     const config = load()
     expect(config.profile).toBe('default')
-    expect(config.server).toEqual({ host: '0.0.0.0', port: 8080, trustProxy: 'false' })
+    expect(config.server).toEqual({ host: '0.0.0.0', port: 8080, trustProxy: 'false', drainDelay: 0 })
     expect(config.web.publicUrl).toBe('http://localhost:8080')
     expect(config.web.frontendUrl).toBe('http://localhost:8080')
     expect(config.web.cors.allowedOrigins).toEqual([])

@@ -40,6 +40,12 @@ const NOT_TENANT_READS: Record<string, string> = {
     "the mail worker's queue, which spans organizations; an organization's status (src/outbox/status.ts) takes a TenantScope",
   webhook_outbox:
     "the webhook worker's queue, which spans organizations; an organization's status (src/outbox/status.ts) takes a TenantScope",
+  federated_identities:
+    'identities: found by (issuer, subject) when a provider signs someone in, or as the principal’s own linked identities',
+  sso_connections:
+    "found by the flow's provider reference when a connection signs someone in; the admin routes filter by the caller's organization",
+  sso_domains:
+    "identity-first sign-in finds a domain's organization across organizations, by design; the admin routes filter by the caller's organization",
 }
 
 /** Functions that query a tenant table across organizations on purpose, and why. */

@@ -98,6 +98,9 @@ export const SECURITY_KEY_RULES: ReadonlyMap<string, ConfigKeyRule> = new Map<st
 
 export const SECURITY_KEY_PREFIX = 'security.'
 
+/** PostgreSQL's SQLSTATE for a table that does not exist. */
+const UNDEFINED_TABLE = '42P01'
+
 /** An organization's policies, parsed. */
 interface Policy {
   /** When members without a second factor start being refused (epoch ms); null: never. */
@@ -165,7 +168,13 @@ export class SecurityPolicies implements RevocationListener {
     this.#loadingAll ??= (async () => {
       const resets = this.#resets
       try {
-        const entries = await listAllSecurityEntries(this.#deps.db)
+        const entries = await listAllSecurityEntries(this.#deps.db).catch((error: unknown) => {
+          // A database not migrated yet (the CLI's `migrate` starts the services first): nothing to
+          // hold; policies are read per organization until a later read of all succeeds.
+          if ((error as { code?: unknown }).code === UNDEFINED_TABLE) return null
+          throw error
+        })
+        if (entries === null) return
         const byOrganization = new Map<string, SecurityEntry[]>()
         for (const entry of entries) {
           const list = byOrganization.get(entry.organization_id) ?? []
@@ -192,6 +201,7 @@ export class SecurityPolicies implements RevocationListener {
   }
 
   async #policy(organizationId: string): Promise<Policy> {
+    if (!this.#complete && this.#loadingAll === null && this.#deps.listening()) this.loadAll().catch(() => {})
     if (this.#complete && this.#deps.listening() && !this.#stale.has(organizationId))
       return this.#policies.get(organizationId) ?? NO_POLICY
     const changes = this.#changes
