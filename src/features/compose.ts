@@ -420,8 +420,10 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     async start() {
       lastUse.start()
       stopFollowingConfig = await orgConfig.followChanges(ports.database.listen, log)
-      // Every organization's security policies, before the first request needs one.
-      await securityPolicies.loadAll()
+      // Every organization's security policies, read in the background: the service starts with the
+      // database down (readiness says so), and until the read succeeds each policy is read per
+      // organization, the read of all tried again on the next one.
+      securityPolicies.loadAll().catch(() => {})
       unlistenRevocations = await listenForRevocations(ports.database.listen, revocationListeners, log)
     },
     async stop() {
