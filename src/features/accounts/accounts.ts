@@ -1,7 +1,25 @@
 import type { Config } from '../../config.ts'
-import type { Role, Tx } from '../../db/schema.ts'
+import type { Executor, Role, Tx } from '../../db/schema.ts'
 import { AppError, validationFailed } from '../../errors.ts'
-import type { AccountRow } from './repository.ts'
+import { type AccountRow, findAccount } from './repository.ts'
+
+/**
+ * The caller's account row when it is an active admin of `organizationId`, read through `db` (the
+ * operation's transaction where it has one); 403 ACCESS_DENIED otherwise. Every administration of
+ * an organization (its users, impersonation, single sign-on) is decided by this, never by the
+ * authorization server.
+ */
+export async function organizationAdmin(
+  db: Executor,
+  userId: string,
+  organizationId: string,
+): Promise<AccountRow> {
+  const account = await findAccount(db, userId)
+  if (!account?.active || account.role !== 'admin' || account.organization_id !== organizationId) {
+    throw new AppError('ACCESS_DENIED', 'This operation needs an organization admin')
+  }
+  return account
+}
 
 export const PASSWORD_MAX_LENGTH = 256
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/

@@ -14,6 +14,7 @@ export {
   type EndOtherSessions,
   type EndUserSessions,
   normalizeEmail,
+  organizationAdmin,
   roleTuple,
 } from './accounts.ts'
 export { EmailChanges } from './email-change.ts'

@@ -19,6 +19,7 @@ import {
   type EndUserSessions,
   type NewAccount,
   normalizeEmail,
+  organizationAdmin,
   roleTuple,
 } from './accounts.ts'
 import { retireOneTimeTokens } from './one-time-tokens.ts'
@@ -97,12 +98,8 @@ export class UserAdministration {
    * admins read it again once they hold the locks: an admin deactivated or demoted by a transaction
    * that committed in between cannot finish the operation.
    */
-  async #admin(trx: Tx, caller: UserPrincipal, tenant: TenantScope): Promise<AccountRow> {
-    const account = await findAccount(trx, caller.userId)
-    if (!account?.active || account.role !== 'admin' || account.organization_id !== tenant.organizationId) {
-      throw new AppError('ACCESS_DENIED', 'This operation needs an organization admin')
-    }
-    return account
+  #admin(trx: Tx, caller: UserPrincipal, tenant: TenantScope): Promise<AccountRow> {
+    return organizationAdmin(trx, caller.userId, tenant.organizationId)
   }
 
   /** A target account of the admin's organization; others are 404, as if they did not exist. */

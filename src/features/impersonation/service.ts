@@ -2,12 +2,17 @@ import type { Kysely } from 'kysely'
 import type { AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import { inTransaction } from '../../db/database.ts'
-import type { Database } from '../../db/schema.ts'
+import type { Database, Executor } from '../../db/schema.ts'
 import { tenantScope } from '../../db/tenant-scope.ts'
 import { AppError } from '../../errors.ts'
 import { enqueueMail } from '../../mail/outbox.ts'
 import type { UserPrincipal } from '../../principal.ts'
-import { type AccountRow, findAccount, findOwnAccount, lockAccountOfOrganization } from '../accounts/index.ts'
+import {
+  type AccountRow,
+  findOwnAccount,
+  lockAccountOfOrganization,
+  organizationAdmin,
+} from '../accounts/index.ts'
 import type {
   ClientInfo,
   IssuedSession,
@@ -103,16 +108,8 @@ export class Impersonation {
     return sessions.issue(pending)
   }
 
-  async #admin(
-    db: Parameters<typeof findAccount>[0],
-    caller: UserPrincipal,
-    organizationId: string,
-  ): Promise<AccountRow> {
-    const account = await findAccount(db, caller.userId)
-    if (!account?.active || account.role !== 'admin' || account.organization_id !== organizationId) {
-      throw new AppError('ACCESS_DENIED', 'This operation needs an organization admin')
-    }
-    return account
+  #admin(db: Executor, caller: UserPrincipal, organizationId: string): Promise<AccountRow> {
+    return organizationAdmin(db, caller.userId, organizationId)
   }
 
   async #proveSecondFactor(

@@ -8,7 +8,7 @@ import { type TenantScope, tenantScope } from '../../db/tenant-scope.ts'
 import { AppError, validationFailed } from '../../errors.ts'
 import type { UserPrincipal } from '../../principal.ts'
 import type { SecretBox } from '../../security/secret-box.ts'
-import { findAccount } from '../accounts/index.ts'
+import { organizationAdmin } from '../accounts/index.ts'
 import { CHALLENGE_LABEL, claimableDomain, newChallenge, normalizeDomain, type TxtLookup } from './domains.ts'
 import {
   type ConnectionRow,
@@ -122,10 +122,7 @@ export class SsoAdministration {
   /** 403 ACCESS_DENIED unless the caller's account is an active admin of the tenant's organization. */
   async #authorize(trx: Tx, caller: UserPrincipal): Promise<TenantScope> {
     const tenant = tenantScope()
-    const account = await findAccount(trx, caller.userId)
-    if (!account?.active || account.role !== 'admin' || account.organization_id !== tenant.organizationId) {
-      throw new AppError('ACCESS_DENIED', 'This operation needs an organization admin')
-    }
+    await organizationAdmin(trx, caller.userId, tenant.organizationId)
     return tenant
   }
 
