@@ -58,8 +58,7 @@ const CROSS_TENANT: Record<string, string> = {
     'the chainer gives the events of one chain (an organization’s or the system’s) their places, by its name',
   'src/audit/repository.ts#chainsWithUnchained':
     'the chainer’s sweep finds every chain with events not chained yet, whatever their organization',
-  'src/audit/repository.ts#hasUnchained':
-    'the chainer looks for unchained events of one chain by its name',
+  'src/audit/repository.ts#hasUnchained': 'the chainer looks for unchained events of one chain by its name',
   'src/audit/repository.ts#countUnchained':
     'audit verify names how many events of one chain wait to be chained',
   'src/audit/repository.ts#deleteOldEvents':

@@ -1,12 +1,13 @@
-import type { FastifyBaseLogger } from 'fastify'
 import { AsyncResource } from 'node:async_hooks'
+import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
 import { inTransaction } from '../db/database.ts'
 import type { Database, Tx } from '../db/schema.ts'
-import { type ChainKeys, chainHash, type StoredEvent } from './chain.ts'
+import { type ChainKeys, chainHash } from './chain.ts'
 import {
   chainsWithUnchained,
   hasUnchained,
+  type LinkedEvent,
   linkEvents,
   lockChainHead,
   unchainedEvents,
@@ -15,6 +16,8 @@ import type { AuditFanOut, ChainNudge } from './trail.ts'
 
 /** Events a chaining transaction links at most; a longer backlog takes several. */
 const CHAIN_BATCH = 500
+/** How long a nudged chain waits before its run, so that the writes of that moment make one batch. */
+const NUDGE_DELAY_MS = 10
 /** How often each instance looks for events nobody chained (their writer stopped before it could). */
 const SWEEP_MS = 1_000
 /** Chains one sweep takes on at most. */
@@ -29,8 +32,9 @@ const SWEEP_CHAINS = 100
  * of one transaction. So an organization's writes never wait for each other, and the chain's lock
  * is held only by the chainer, once per batch, however many writers there are.
  *
- * Per chain, one run at a time in an instance, and one more queued behind it for whatever was
- * nudged meanwhile: a burst of writes is chained in a few batches, not one transaction each. Other
+ * Per chain, one run at a time in an instance, and one more pending behind it for whatever was
+ * nudged meanwhile; a nudged run waits a few milliseconds first. So a burst of writes is chained in
+ * a few batches, not one transaction each. Other
  * instances' chainers take the same row lock, so a chain is linked by one transaction at a time in
  * the whole deployment, and what one linked the next no longer sees as unchained. An event whose
  * writer stopped before nudging (a crash, the CLI, a test's own transaction) is found by the sweep
@@ -43,7 +47,7 @@ export class AuditChainer implements ChainNudge {
   readonly #fanOut: AuditFanOut | undefined
   readonly #log: FastifyBaseLogger | undefined
   readonly #running = new Map<string, Promise<void>>()
-  readonly #queued = new Map<string, Promise<void>>()
+  readonly #pending = new Map<string, Promise<void>>()
   #timer: NodeJS.Timeout | undefined
   #sweeping: Promise<void> | undefined
   #stopped = false
@@ -69,7 +73,7 @@ export class AuditChainer implements ChainNudge {
   /** A transaction that recorded events of `chain` committed: chain them soon. */
   nudge(chain: string): void {
     if (this.#stopped) return
-    this.#schedule(chain).catch(() => {})
+    this.#runSoon(chain, NUDGE_DELAY_MS).catch(() => {})
   }
 
   /**
@@ -77,14 +81,15 @@ export class AuditChainer implements ChainNudge {
    * in the chain: the audit list and export). Rejects when the database does.
    */
   async settle(chain: string): Promise<void> {
-    if (!this.#running.has(chain) && !(await hasUnchained(this.#db, chain))) return
-    await this.#schedule(chain)
+    if (!this.#running.has(chain) && !this.#pending.has(chain) && !(await hasUnchained(this.#db, chain)))
+      return
+    await this.#runSoon(chain, 0)
   }
 
-  /** Runs and queued runs, all finished (tests, shutdown). */
+  /** Runs and pending runs, all finished (tests, shutdown). */
   async idle(): Promise<void> {
-    while (this.#running.size > 0 || this.#queued.size > 0 || this.#sweeping) {
-      await Promise.allSettled([...this.#running.values(), ...this.#queued.values(), this.#sweeping])
+    while (this.#running.size > 0 || this.#pending.size > 0 || this.#sweeping) {
+      await Promise.allSettled([...this.#running.values(), ...this.#pending.values(), this.#sweeping])
     }
   }
 
@@ -122,30 +127,37 @@ export class AuditChainer implements ChainNudge {
       this.#failed(error)
       return
     }
-    await Promise.allSettled(chains.map((chain) => this.#schedule(chain)))
+    await Promise.allSettled(chains.map((chain) => this.#runSoon(chain, 0)))
   }
 
-  #schedule(chain: string): Promise<void> {
+  /**
+   * The next run of `chain`: the one pending if there is one (it has not read the chain yet, so it
+   * takes whatever committed before it starts), else one that starts after the run under way, or
+   * after `delayMs` (a nudge waits a moment, so that a burst of writes is chained in one batch).
+   */
+  #runSoon(chain: string, delayMs: number): Promise<void> {
+    const pending = this.#pending.get(chain)
+    if (pending) return pending
     const running = this.#running.get(chain)
-    if (!running) return this.#start(chain)
-    // Events committed after the running one read its batch wait for the next run: one is queued.
-    let queued = this.#queued.get(chain)
-    if (!queued) {
-      queued = running
-        .catch(() => {})
-        .then(() => {
-          this.#queued.delete(chain)
-          return this.#start(chain)
-        })
-      this.#queued.set(chain, queued)
-    }
-    return queued
+    const ready = running
+      ? running.catch(() => {})
+      : delayMs > 0
+        ? new Promise<void>((resolve) => setTimeout(resolve, delayMs))
+        : Promise.resolve()
+    const next = ready.then(() => {
+      this.#pending.delete(chain)
+      return this.#start(chain)
+    })
+    this.#pending.set(chain, next)
+    return next
   }
 
   #start(chain: string): Promise<void> {
-    const run = this.#scope.runInAsyncScope(() => this.#chainAll(chain)).finally(() => {
-      if (this.#running.get(chain) === run) this.#running.delete(chain)
-    })
+    const run = this.#scope
+      .runInAsyncScope(() => this.#chainAll(chain))
+      .finally(() => {
+        if (this.#running.get(chain) === run) this.#running.delete(chain)
+      })
     this.#running.set(chain, run)
     return run
   }
@@ -169,7 +181,7 @@ export class AuditChainer implements ChainNudge {
     if (events.length === 0) return 0
     let { sequence, hash: previousHash } = head
     const keyId = this.#keys.currentId
-    const stored = events.map((event): StoredEvent => {
+    const stored = events.map((event): LinkedEvent => {
       const placed = { ...event, sequence: ++sequence }
       const hash = chainHash(this.#keys.current, previousHash, placed)
       const linked = { ...placed, keyId, previousHash, hash }

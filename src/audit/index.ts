@@ -4,7 +4,7 @@
 export { ChainKeys, type StoredEvent, type Verification } from './chain.ts'
 export { AuditChainer } from './chainer.ts'
 export { AUDIT_EVENT_TYPES, type AuditEventType } from './event-types.ts'
-export { toStoredEvent } from './repository.ts'
+export { type LinkedEvent, toStoredEvent } from './repository.ts'
 export { auditEventRetention } from './retention.ts'
 export {
   type AuditActor,

@@ -31,6 +31,12 @@ export async function lockChainHead(trx: Tx, chain: string): Promise<{ sequence:
 /** An event as the causing transaction writes it: everything but its place in the chain. */
 export type UnchainedEvent = Omit<StoredEvent, 'sequence' | 'keyId' | 'previousHash' | 'hash'>
 
+/** An unchained event as the chainer reads it: with the position it was written at (int8 as text). */
+export type WrittenEvent = UnchainedEvent & { position: string }
+
+/** An event the chainer has just given its place, with the position it was written at. */
+export type LinkedEvent = StoredEvent & { position: string }
+
 /**
  * The insert of an event without its place in its chain (the chainer gives it one once committed),
  * run alone or as a data-modifying part of a caller's statement; with `onlyIf`, only when that
@@ -50,7 +56,7 @@ export function eventInsertion(
 }
 
 /** A chain's events not chained yet, in the order they were written, at most `limit`. */
-export async function unchainedEvents(trx: Tx, chain: string, limit: number): Promise<UnchainedEvent[]> {
+export async function unchainedEvents(trx: Tx, chain: string, limit: number): Promise<WrittenEvent[]> {
   const rows = await trx
     .selectFrom('audit_events')
     .selectAll()
@@ -61,6 +67,7 @@ export async function unchainedEvents(trx: Tx, chain: string, limit: number): Pr
     .execute()
   return rows.map((row) => ({
     id: row.id,
+    position: row.position as string,
     chain: row.chain,
     organizationId: row.organization_id,
     occurredAt: row.occurred_at,

@@ -13,7 +13,13 @@ import {
   type Verification,
 } from './chain.ts'
 import type { AuditEventType } from './event-types.ts'
-import { chainEvents, countUnchained, eventInsertion, type UnchainedEvent } from './repository.ts'
+import {
+  chainEvents,
+  countUnchained,
+  eventInsertion,
+  type LinkedEvent,
+  type UnchainedEvent,
+} from './repository.ts'
 
 /** The chain of events that belong to no organization. */
 export const SYSTEM_CHAIN = 'system'
@@ -76,7 +82,7 @@ export function publicEvent(event: StoredEvent) {
  * What else chained events write in the statement that chains them (webhook messages): a
  * data-modifying statement run as one more part of that statement, or null for nothing.
  */
-export type AuditFanOut = (events: StoredEvent[]) => RawBuilder<unknown> | null
+export type AuditFanOut = (events: LinkedEvent[]) => RawBuilder<unknown> | null
 
 /**
  * Records audit events in the caller's transaction, so an event exists exactly when the change it

@@ -1,5 +1,5 @@
 import { type RawBuilder, sql } from 'kysely'
-import { type AuditFanOut, publicEvent, type StoredEvent } from '../../audit/index.ts'
+import { type AuditFanOut, type LinkedEvent, publicEvent } from '../../audit/index.ts'
 
 // How an audit event becomes webhook messages: one row in the webhook outbox for each enabled
 // endpoint of the event's organization that subscribes to its type (or to `*`), written by the
@@ -14,18 +14,21 @@ export function messageBody(type: string, timestamp: Date, data: unknown): strin
   return JSON.stringify({ type, timestamp: timestamp.toISOString(), data })
 }
 
-// An endpoint gets the events that occurred from its creation on, but not its own creation
-// (`webhook.created` about itself): events are fanned out when chained, moments after they were
-// written, and by then an endpoint created meanwhile exists. Events of no organization (the system
+// An endpoint gets the events written after it was created (their position is above the one it
+// noted), so not its own creation nor what was written before it and chained after: events are fanned
+// out when chained, moments after they were written, and by then an endpoint created meanwhile
+// exists. An endpoint created by the previous release noted no position: it gets the events that
+// occurred from its creation on, but not its own creation. Events of no organization (the system
 // chain) run the same statement, which matches no endpoint. Messages are queued in the events'
 // chain order, so an endpoint receives them in that order.
-export const webhookFanOut: AuditFanOut = (events: StoredEvent[]): RawBuilder<unknown> => {
+export const webhookFanOut: AuditFanOut = (events: LinkedEvent[]): RawBuilder<unknown> => {
   const messages = JSON.stringify(
     events.map((event, order) => ({
       order,
       organization_id: event.organizationId,
       type: event.type,
       subject_id: event.subjectId,
+      position: event.position,
       occurred_at: event.occurredAt.toISOString(),
       payload: messageBody(event.type, event.occurredAt, publicEvent(event)),
     })),
@@ -34,10 +37,11 @@ export const webhookFanOut: AuditFanOut = (events: StoredEvent[]): RawBuilder<un
     insert into webhook_outbox (endpoint_id, organization_id, event_type, payload, created_at, next_attempt_at)
     select w.id, w.organization_id, m.type, m.payload, m.occurred_at, m.occurred_at
     from jsonb_to_recordset(${messages}::jsonb)
-      as m("order" int, organization_id uuid, type text, subject_id text, occurred_at timestamptz, payload text)
+      as m("order" int, organization_id uuid, type text, subject_id text, position bigint, occurred_at timestamptz,
+        payload text)
     join webhook_endpoints w on w.organization_id = m.organization_id and w.enabled
       and w.event_types && array[m.type, '*']::text[]
-      and w.created_at <= m.occurred_at
-      and not (m.type = 'webhook.created' and m.subject_id = w.id::text)
+      and case when w.audit_position is not null then m.position > w.audit_position
+        else w.created_at <= m.occurred_at and not (m.type = 'webhook.created' and m.subject_id = w.id::text) end
     order by m."order", w.id`
 }
