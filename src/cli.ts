@@ -216,7 +216,9 @@ const commands: Record<string, Command> = {
           'AUDIT_CHAIN_BROKEN',
           `The audit chain of ${org} breaks at sequence ${result.sequence}: ${result.reason}`,
         )
-      return { chain: org, events: result.events, head: result.head }
+      // Events written but not chained yet (the chainer of a running instance links them moments
+      // later) are named, not verified.
+      return { chain: org, events: result.events, head: result.head, unchained: result.unchained }
     },
   },
   'outbox status': {

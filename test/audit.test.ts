@@ -186,6 +186,7 @@ describe('events recorded with the change they report', () => {
         actor: { type: 'system', id: null },
       }),
     )
+    await t.app.services.auditChainer.idle()
     const [kept] = await t.app.db
       .selectFrom('audit_events')
       .select('sequence')
@@ -209,6 +210,7 @@ describe('the chain', () => {
         }),
       )
     }
+    await t.app.services.auditChainer.idle()
     return organizationId
   }
   async function chainOfMore(organizationId: string, count: number): Promise<void> {
@@ -221,6 +223,7 @@ describe('the chain', () => {
         }),
       )
     }
+    await t.app.services.auditChainer.idle()
   }
   const verify = (chain: string) => verifyStoredChain(t.app.db, t.app.services.audit.keys, chain)
 

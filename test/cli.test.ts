@@ -377,7 +377,12 @@ describe('operators see what exists', { timeout: CLI_TEST_TIMEOUT_MS }, () => {
       ).toBe(0)
     const clean = await cli('audit', 'verify', '--org', org)
     expect(clean.code, clean.stderr).toBe(0)
-    expect(JSON.parse(clean.stdout)).toMatchObject({ chain: org, events: 3, head: { sequence: 3 } })
+    expect(JSON.parse(clean.stdout)).toMatchObject({
+      chain: org,
+      events: 3,
+      head: { sequence: 3 },
+      unchained: 0,
+    })
     expect((await cli('audit', 'verify', '--org', 'not-an-org')).code).toBe(2)
     // Edited behind the service's back: only on PostgreSQL can the test reach the rows meanwhile.
     if (!database) return

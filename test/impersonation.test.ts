@@ -234,6 +234,8 @@ describe('while impersonating', () => {
       subject_type: 'session',
       data: { reason: 'revoked_by_user', onBehalfOf: member.id },
     })
+    // Messages are queued when the events are chained.
+    await t.app.services.auditChainer.drain()
     const messages = await t.app.db
       .selectFrom('webhook_outbox')
       .select(['event_type', 'payload'])

@@ -50,8 +50,17 @@ const NOT_TENANT_READS: Record<string, string> = {
 
 /** Functions that query a tenant table across organizations on purpose, and why. */
 const CROSS_TENANT: Record<string, string> = {
-  'src/audit/repository.ts#appendEvent':
-    'the audit trail appends to the chain of the organization the recorded change belongs to, from any context',
+  'src/audit/repository.ts#eventInsertion':
+    'the audit trail writes an event of the organization the recorded change belongs to, from any context',
+  'src/audit/repository.ts#unchainedEvents':
+    'the chainer reads the unchained events of one chain (an organization’s or the system’s) by its name',
+  'src/audit/repository.ts#linkEvents':
+    'the chainer gives the events of one chain (an organization’s or the system’s) their places, by its name',
+  'src/audit/repository.ts#chainsWithUnchained':
+    'the chainer’s sweep finds every chain with events not chained yet, whatever their organization',
+  'src/audit/repository.ts#hasUnchained': 'the chainer looks for unchained events of one chain by its name',
+  'src/audit/repository.ts#countUnchained':
+    'audit verify names how many events of one chain wait to be chained',
   'src/audit/repository.ts#deleteOldEvents':
     "the audit_events retention rule sweeps every organization's chain",
   'src/audit/repository.ts#chainEvents':
@@ -61,7 +70,7 @@ const CROSS_TENANT: Record<string, string> = {
   'src/features/files/repository.ts#deleteUnfinishedFiles':
     "the files retention rule sweeps every organization's unfinished uploads",
   'src/features/webhooks/fan-out.ts#webhookFanOut':
-    'queues messages for the endpoints of the organization the appended audit event belongs to',
+    'queues messages for the endpoints of the organizations the chained audit events belong to',
   'src/features/webhooks/repository.ts#endpointsByIds':
     'the webhook worker loads the endpoints of the messages it claimed, whatever their organization',
   'src/features/webhooks/repository.ts#lockEndpointState':

@@ -68,7 +68,11 @@ function changeConfig(actor: Actor, key: string, value = 'on') {
   })
 }
 
-const deliver = () => t.app.services.webhookWorker.runOnce()
+/** Delivers what is queued once the events so far are chained (their messages are queued then). */
+const deliver = async () => {
+  await t.app.services.auditChainer.drain()
+  return t.app.services.webhookWorker.runOnce()
+}
 
 const attemptsOf = async (actor: Actor, id: string) => {
   const res = await as(actor, { method: 'GET', url: `/api/webhooks/${id}/deliveries` })
@@ -543,6 +547,7 @@ describe('two instances on one database', () => {
     const owner = await newActor(t.app, { role: 'admin' })
     await createWebhook(owner, { url: `${receiver.url}/twice`, eventTypes: ['organization_config.changed'] })
     for (let i = 0; i < 25; i++) await changeConfig(owner, `feature.n${i}`)
+    await t.app.services.auditChainer.drain()
     await Promise.all([deliver(), other.app.services.webhookWorker.runOnce(), deliver()])
     const ids = receiver.to('/twice').map((r) => r.headers['webhook-id'])
     expect(ids).toHaveLength(25)
@@ -613,6 +618,7 @@ describe('private networks refused without the development flag', () => {
       url: `/api/organizations/${owner.user.organizationId}/config/feature.ssrf`,
       payload: { value: 'on' },
     })
+    await strict.app.services.auditChainer.drain()
     await strict.app.services.webhookWorker.runOnce()
     strict.clock.advanceSeconds(60)
     await strict.app.services.webhookWorker.runOnce()

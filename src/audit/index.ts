@@ -1,8 +1,10 @@
 // The audit trail (an infrastructure room): events recorded in the transaction that causes them,
-// hash-chained per organization (src/audit/chain.ts), verified by `npm run cli -- audit verify`.
+// hash-chained per organization off the request path (src/audit/chainer.ts, src/audit/chain.ts),
+// verified by `npm run cli -- audit verify`.
 export { ChainKeys, type StoredEvent, type Verification } from './chain.ts'
+export { AuditChainer } from './chainer.ts'
 export { AUDIT_EVENT_TYPES, type AuditEventType } from './event-types.ts'
-export { type ChainHeadRow, toStoredEvent } from './repository.ts'
+export { type LinkedEvent, toStoredEvent } from './repository.ts'
 export { auditEventRetention } from './retention.ts'
 export {
   type AuditActor,
@@ -11,7 +13,7 @@ export {
   AuditTrail,
   type AuditValue,
   actorOf,
-  type LockedHead,
+  type ChainReport,
   publicEvent,
   SYSTEM_CHAIN,
   verifyStoredChain,

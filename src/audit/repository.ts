@@ -28,27 +28,119 @@ export async function lockChainHead(trx: Tx, chain: string): Promise<{ sequence:
   return { sequence: Number(head.sequence), hash: head.hash }
 }
 
+/** An event as the causing transaction writes it: everything but its place in the chain. */
+export type UnchainedEvent = Omit<StoredEvent, 'sequence' | 'keyId' | 'previousHash' | 'hash'>
+
+/** An unchained event as the chainer reads it: with the position it was written at (int8 as text). */
+export type WrittenEvent = UnchainedEvent & { position: string }
+
+/** An event the chainer has just given its place, with the position it was written at. */
+export type LinkedEvent = StoredEvent & { position: string }
+
 /**
- * Appends an event and moves its chain's head to it, in one statement, with `alongside` (a
- * data-modifying statement of the caller's, such as queueing webhook messages) as one more part.
+ * The insert of an event without its place in its chain (the chainer gives it one once committed),
+ * run alone or as a data-modifying part of a caller's statement; with `onlyIf`, only when that
+ * condition of the caller's statement holds.
  */
-export async function appendEvent(
+export function eventInsertion(
+  event: UnchainedEvent,
+  onlyIf: RawBuilder<unknown> | null = null,
+): RawBuilder<unknown> {
+  return sql`
+    insert into audit_events (id, chain, organization_id, occurred_at, type, actor_type, actor_id,
+      subject_type, subject_id, ip_address, user_agent, request_id, data)
+    select ${event.id}::uuid, ${event.chain}, ${event.organizationId}::uuid, ${event.occurredAt}::timestamptz,
+      ${event.type}, ${event.actorType}, ${event.actorId}, ${event.subjectType}, ${event.subjectId},
+      ${event.ipAddress}, ${event.userAgent}, ${event.requestId}, ${JSON.stringify(event.data)}::jsonb
+    ${onlyIf ? sql`where ${onlyIf}` : sql``}`
+}
+
+/** A chain's events not chained yet, in the order they were written, at most `limit`. */
+export async function unchainedEvents(trx: Tx, chain: string, limit: number): Promise<WrittenEvent[]> {
+  const rows = await trx
+    .selectFrom('audit_events')
+    .selectAll()
+    .where('chain', '=', chain)
+    .where('sequence', 'is', null)
+    .orderBy('position')
+    .limit(limit)
+    .execute()
+  return rows.map((row) => ({
+    id: row.id,
+    position: row.position as string,
+    chain: row.chain,
+    organizationId: row.organization_id,
+    occurredAt: row.occurred_at,
+    type: row.type,
+    actorType: row.actor_type,
+    actorId: row.actor_id,
+    subjectType: row.subject_type,
+    subjectId: row.subject_id,
+    ipAddress: row.ip_address,
+    userAgent: row.user_agent,
+    requestId: row.request_id,
+    data: row.data as Record<string, unknown>,
+  }))
+}
+
+/**
+ * Gives events their places (sequence, key, hashes) and moves their chain's head to the last, in one
+ * statement, with `alongside` (a data-modifying statement of the caller's, such as queueing webhook
+ * messages) as one more part. Returns how many events it linked: fewer than given means one was
+ * chained meanwhile, and the caller must roll back.
+ */
+export async function linkEvents(
   trx: Tx,
-  event: StoredEvent,
+  chain: string,
+  events: StoredEvent[],
   alongside: RawBuilder<unknown> | null = null,
-): Promise<void> {
-  await sql`
-    with appended as (
-      insert into audit_events (id, chain, sequence, organization_id, occurred_at, type, actor_type,
-        actor_id, subject_type, subject_id, ip_address, user_agent, request_id, data, key_id,
-        previous_hash, hash)
-      values (${event.id}, ${event.chain}, ${event.sequence}, ${event.organizationId}, ${event.occurredAt},
-        ${event.type}, ${event.actorType}, ${event.actorId}, ${event.subjectType}, ${event.subjectId},
-        ${event.ipAddress}, ${event.userAgent}, ${event.requestId}, ${JSON.stringify(event.data)}::jsonb,
-        ${event.keyId}, ${event.previousHash}, ${event.hash})
+): Promise<number> {
+  const last = events.at(-1)
+  if (!last) return 0
+  const places = JSON.stringify(
+    events.map((e) => ({
+      id: e.id,
+      sequence: e.sequence,
+      key_id: e.keyId,
+      previous_hash: e.previousHash,
+      hash: e.hash,
+    })),
+  )
+  const { rows } = await sql<{ linked: string }>`
+    with linked as (
+      update audit_events e
+      set sequence = v.sequence, key_id = v.key_id, previous_hash = v.previous_hash, hash = v.hash
+      from jsonb_to_recordset(${places}::jsonb) as v(id uuid, sequence bigint, key_id text, previous_hash text, hash text)
+      where e.id = v.id and e.chain = ${chain} and e.sequence is null
+      returning 1
     )${alongside ? sql`, alongside as (${alongside})` : sql``}
-    update audit_chain_heads set sequence = ${event.sequence}, hash = ${event.hash}
-    where chain = ${event.chain}`.execute(trx)
+    update audit_chain_heads set sequence = ${last.sequence}, hash = ${last.hash}
+    where chain = ${chain}
+    returning (select count(*) from linked) as linked`.execute(trx)
+  return Number(rows[0]?.linked ?? 0)
+}
+
+/** Chains that hold events not chained yet (at most `limit`). */
+export async function chainsWithUnchained(db: Executor, limit: number): Promise<string[]> {
+  const { rows } = await sql<{ chain: string }>`
+    select distinct chain from audit_events where sequence is null limit ${limit}`.execute(db)
+  return rows.map((row) => row.chain)
+}
+
+/** Whether a chain holds an event not chained yet (one probe of the partial index). */
+export async function hasUnchained(db: Executor, chain: string): Promise<boolean> {
+  const { rows } = await sql<{ found: boolean }>`
+    select exists (select 1 from audit_events where chain = ${chain} and sequence is null) as found`.execute(
+    db,
+  )
+  return rows[0]?.found === true
+}
+
+/** How many of a chain's events are not chained yet. */
+export async function countUnchained(db: Executor, chain: string): Promise<number> {
+  const { rows } = await sql<{ count: string }>`
+    select count(*) as count from audit_events where chain = ${chain} and sequence is null`.execute(db)
+  return Number(rows[0]?.count ?? 0)
 }
 
 /** A chain's events in sequence order, a batch at a time after `afterSequence`. */
@@ -69,7 +161,10 @@ export async function chainEvents(
   return rows.map(toStoredEvent)
 }
 
+/** A chained event's row as the chain sees it (an unchained row has no place yet: an error). */
 export function toStoredEvent(row: Selectable<AuditEventTable>): StoredEvent {
+  if (row.sequence === null || row.key_id === null || row.previous_hash === null || row.hash === null)
+    throw new Error(`audit event ${row.id} is not chained yet`)
   return {
     id: row.id,
     chain: row.chain,
@@ -101,7 +196,7 @@ export async function deleteOldEvents(db: Executor, cutoff: Date, limit: number)
     with gone as (
       delete from audit_events where id in (
         select old.id from audit_events old
-        where old.occurred_at < ${cutoff}
+        where old.occurred_at < ${cutoff} and old.sequence is not null
           and not exists (
             select 1 from audit_events kept
             where kept.chain = old.chain and kept.sequence < old.sequence and kept.occurred_at >= ${cutoff}

@@ -2,18 +2,24 @@ import { randomUUID } from 'node:crypto'
 import type { RawBuilder } from 'kysely'
 import type { Clock } from '../clock.ts'
 import { currentRequestOrigin } from '../context.ts'
+import { afterCommit } from '../db/database.ts'
 import type { Executor, Tx } from '../db/schema.ts'
 import type { Principal } from '../principal.ts'
 import {
   type ActorType,
   type ChainKeys,
   ChainVerifier,
-  chainHash,
   type StoredEvent,
   type Verification,
 } from './chain.ts'
 import type { AuditEventType } from './event-types.ts'
-import { appendEvent, type ChainHeadRow, chainEvents, chainHeadLock, lockChainHead } from './repository.ts'
+import {
+  chainEvents,
+  countUnchained,
+  eventInsertion,
+  type LinkedEvent,
+  type UnchainedEvent,
+} from './repository.ts'
 
 /** The chain of events that belong to no organization. */
 export const SYSTEM_CHAIN = 'system'
@@ -38,17 +44,9 @@ export interface AuditEventInput {
   data?: Record<string, AuditValue>
 }
 
-declare const locked: unique symbol
-
-/**
- * A chain's head as read by the statement that locked it for the rest of its transaction
- * (AuditTrail.headLock, then lockedHead): what the next event of that chain is appended after.
- */
-export interface LockedHead {
-  readonly chain: string
-  readonly sequence: number
-  readonly hash: string
-  readonly [locked]: true
+/** What is told, once a transaction that recorded events of a chain has committed (the chainer). */
+export interface ChainNudge {
+  nudge(chain: string): void
 }
 
 /** The chain of an organization's events; the system chain for none. */
@@ -81,26 +79,28 @@ export function publicEvent(event: StoredEvent) {
 }
 
 /**
- * What else an appended event writes in the statement that appends it (webhook messages): a
+ * What else chained events write in the statement that chains them (webhook messages): a
  * data-modifying statement run as one more part of that statement, or null for nothing.
  */
-export type AuditFanOut = (event: StoredEvent) => RawBuilder<unknown> | null
+export type AuditFanOut = (events: LinkedEvent[]) => RawBuilder<unknown> | null
 
 /**
  * Records audit events in the caller's transaction, so an event exists exactly when the change it
  * reports committed. The client address, user agent and request id come from the request the
- * transaction runs for (src/context.ts); outside a request they are null. Each event is appended
- * to its organization's chain under that chain's row lock (src/audit/repository.ts).
+ * transaction runs for (src/context.ts); outside a request they are null. The event is written
+ * without its place in its organization's chain, so writes of one organization do not wait for each
+ * other: once the transaction commits the chainer is nudged, and it links and hashes the chain's
+ * committed events in order (src/audit/chainer.ts).
  */
 export class AuditTrail {
   readonly #keys: ChainKeys
   readonly #clock: Clock
-  readonly #fanOut: AuditFanOut | undefined
+  readonly #chainer: ChainNudge | undefined
 
-  constructor(keys: ChainKeys, clock: Clock, fanOut?: AuditFanOut) {
+  constructor(keys: ChainKeys, clock: Clock, chainer?: ChainNudge) {
     this.#keys = keys
     this.#clock = clock
-    this.#fanOut = fanOut
+    this.#chainer = chainer
   }
 
   get keys(): ChainKeys {
@@ -108,38 +108,22 @@ export class AuditTrail {
   }
 
   async record(trx: Tx, input: AuditEventInput): Promise<void> {
-    const chain = chainOf(input.organizationId)
-    await this.#append(trx, input, chain, await lockChainHead(trx, chain))
+    await this.insertion(trx, input).execute(trx)
   }
 
   /**
-   * The lock `record` takes on the head of the chain of an organization's events (null: the
-   * system chain), as a part of a caller's own statement (a data-modifying CTE whose row the
-   * statement returns): the caller's first write of a unit of work and the lock in one round trip.
-   * The row goes to `lockedHead`, and the event to `recordLocked` in the same transaction.
+   * `record`'s insert as a part of a caller's own statement (a data-modifying CTE), so the event
+   * costs no round trip of its own; with `onlyIf`, written only when that condition of the
+   * caller's statement holds. It must run in `trx`.
    */
-  headLock(organizationId: string | null): RawBuilder<ChainHeadRow> {
-    return chainHeadLock(chainOf(organizationId))
+  insertion(trx: Tx, input: AuditEventInput, onlyIf: RawBuilder<unknown> | null = null): RawBuilder<unknown> {
+    const event = this.#event(input)
+    const chainer = this.#chainer
+    if (chainer) afterCommit(trx, () => chainer.nudge(event.chain))
+    return eventInsertion(event, onlyIf)
   }
 
-  /** The head a statement with `headLock(organizationId)` returned. */
-  lockedHead(organizationId: string | null, row: ChainHeadRow): LockedHead {
-    return { chain: chainOf(organizationId), sequence: Number(row.sequence), hash: row.hash } as LockedHead
-  }
-
-  /** `record`, for a transaction that already holds the lock of the event's chain head. */
-  async recordLocked(trx: Tx, input: AuditEventInput, head: LockedHead): Promise<void> {
-    const chain = chainOf(input.organizationId)
-    if (head.chain !== chain) throw new Error(`the locked head is of chain ${head.chain}, not ${chain}`)
-    await this.#append(trx, input, chain, head)
-  }
-
-  async #append(
-    trx: Tx,
-    input: AuditEventInput,
-    chain: string,
-    head: { sequence: number; hash: string },
-  ): Promise<void> {
+  #event(input: AuditEventInput): UnchainedEvent {
     const origin = currentRequestOrigin()
     // While an admin impersonates a user, what the user's session does is the admin's doing on the
     // user's behalf: the admin is the actor and `data.onBehalfOf` names the user.
@@ -149,10 +133,9 @@ export class AuditTrail {
         ? { type: 'user' as const, id: acting.impersonatorId }
         : input.actor
     const data = acting ? { ...input.data, onBehalfOf: acting.userId } : (input.data ?? {})
-    const event = {
+    return {
       id: randomUUID(),
-      chain,
-      sequence: head.sequence + 1,
+      chain: chainOf(input.organizationId),
       organizationId: input.organizationId,
       occurredAt: this.#clock.now(),
       type: input.type,
@@ -165,26 +148,32 @@ export class AuditTrail {
       requestId: origin?.requestId ?? null,
       data,
     }
-    const stored: StoredEvent = {
-      ...event,
-      keyId: this.#keys.currentId,
-      previousHash: head.hash,
-      hash: chainHash(this.#keys.current, head.hash, event),
-    }
-    await appendEvent(trx, stored, this.#fanOut?.(stored) ?? null)
   }
 }
 
 const VERIFY_BATCH = 1000
 
-/** Verifies a chain from the database, a batch at a time (`audit verify`). */
-export async function verifyStoredChain(db: Executor, keys: ChainKeys, chain: string): Promise<Verification> {
+/** A chain's verification: its chained events checked, and how many wait to be chained. */
+export type ChainReport = Verification & { unchained: number }
+
+/**
+ * Verifies a chain from the database, a batch at a time (`audit verify`): the chained events from
+ * the first retention kept, and the count of events written but not chained yet (the tail the
+ * chainer has still to link; they are not covered until it has).
+ */
+export async function verifyStoredChain(db: Executor, keys: ChainKeys, chain: string): Promise<ChainReport> {
   const verifier = new ChainVerifier(keys)
   let after = 0
   for (;;) {
     const batch = await chainEvents(db, chain, after, VERIFY_BATCH)
-    for (const event of batch) if (!verifier.check(event)) return verifier.result
-    if (batch.length < VERIFY_BATCH) return verifier.result
+    let broken = false
+    for (const event of batch)
+      if (!verifier.check(event)) {
+        broken = true
+        break
+      }
+    if (broken || batch.length < VERIFY_BATCH)
+      return { ...verifier.result, unchained: await countUnchained(db, chain) }
     after = (batch.at(-1) as StoredEvent).sequence
   }
 }

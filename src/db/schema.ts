@@ -158,8 +158,10 @@ export interface AuditEventTable {
   id: string
   /** The organization's id, or `system` for events of no organization. */
   chain: string
-  /** int8, read as text. */
-  sequence: ColumnType<string, number, number>
+  /** int8, read as text; null until the chainer gives the event its place (src/audit/chainer.ts). */
+  sequence: ColumnType<string | null, number | null | undefined, number>
+  /** int8, read as text: the order events were written in (null on events chained when written). */
+  position: ColumnType<string | null, never, never>
   organization_id: string | null
   occurred_at: Timestamp
   type: string
@@ -171,9 +173,9 @@ export interface AuditEventTable {
   user_agent: string | null
   request_id: string | null
   data: ColumnType<Record<string, unknown>, string, string>
-  key_id: string
-  previous_hash: string
-  hash: string
+  key_id: string | null
+  previous_hash: string | null
+  hash: string | null
 }
 
 export interface AuditChainHeadTable {

@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Kysely } from 'kysely'
-import { AuditTrail, ChainKeys } from '../audit/index.ts'
+import { AuditChainer, AuditTrail, ChainKeys } from '../audit/index.ts'
 import type { ModelIndex } from '../authz/model.ts'
 import type { Permissions } from '../authz/permissions.ts'
 import type { TupleRecorder } from '../authz/tuples.ts'
@@ -102,6 +102,8 @@ export interface Extensions {
 export interface Services {
   /** The audit trail: every feature records its events through it, in its own transaction. */
   audit: AuditTrail
+  /** Links and hashes recorded events into their chains, off the request path. */
+  auditChainer: AuditChainer
   /** Reading the audit trail (/api/audit-events). */
   auditEvents: AuditEvents
   tokens: AccessTokens
@@ -171,8 +173,11 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   const { config, clock, db, log, authz } = ports
   const { password } = config.auth
 
-  // Each event also queues its webhook messages, in the statement that appends it.
-  const audit = new AuditTrail(ChainKeys.derivedFrom(auditChainSecrets(config)), clock, webhookFanOut)
+  // Events are written by the causing transaction and chained moments later; the statement that
+  // chains them also queues their webhook messages.
+  const auditKeys = ChainKeys.derivedFrom(auditChainSecrets(config))
+  const auditChainer = new AuditChainer({ db, keys: auditKeys, fanOut: webhookFanOut, log })
+  const audit = new AuditTrail(auditKeys, clock, auditChainer)
 
   // Authentication.
   const passwords = await PasswordHasher.create(hashParameters(password))
@@ -368,7 +373,8 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
 
   const services: Services = {
     audit,
-    auditEvents: new AuditEvents({ db, permissions: authz }),
+    auditChainer,
+    auditEvents: new AuditEvents({ db, permissions: authz, chainer: auditChainer }),
     tokens,
     passwords,
     events,
@@ -418,6 +424,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
   return {
     services,
     async start() {
+      auditChainer.start()
       lastUse.start()
       stopFollowingConfig = await orgConfig.followChanges(ports.database.listen, log)
       // Every organization's security policies, read in the background: the service starts with the
@@ -430,6 +437,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
       await stopFollowingConfig?.()
       await unlistenRevocations?.()
       await lastUse.stop()
+      await auditChainer.stop()
     },
   }
 }

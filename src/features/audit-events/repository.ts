@@ -3,7 +3,13 @@ import { type CursorKey, cursorCodec } from '../../db/paging.ts'
 import type { AuditEventTable, Executor } from '../../db/schema.ts'
 import type { TenantScope } from '../../db/tenant-scope.ts'
 
-export type AuditEventRow = Selectable<AuditEventTable>
+/** A chained event's row (what the list and the export read). */
+export type AuditEventRow = Selectable<AuditEventTable> & {
+  sequence: string
+  key_id: string
+  previous_hash: string
+  hash: string
+}
 
 export interface AuditFilter {
   type?: string | undefined
@@ -81,9 +87,12 @@ function ofOrganization(db: Executor, tenant: TenantScope, filter: AuditFilter) 
     .selectAll()
     .where('organization_id', '=', tenant.organizationId)
     .where('chain', '=', tenant.organizationId)
+    // Chained events only: one written moments ago shows once the chainer has given it its place.
+    .where('sequence', 'is not', null)
+    .$narrowType<{ sequence: string; key_id: string; previous_hash: string; hash: string }>()
   if (filter.type) query = query.where('type', '=', filter.type)
   if (filter.actorType)
-    query = query.where('actor_type', '=', filter.actorType as AuditEventRow['actor_type'])
+    query = query.where('actor_type', '=', filter.actorType as AuditEventTable['actor_type'])
   if (filter.actorId) query = query.where('actor_id', '=', filter.actorId)
   if (filter.subjectType) query = query.where('subject_type', '=', filter.subjectType)
   if (filter.subjectId) query = query.where('subject_id', '=', filter.subjectId)

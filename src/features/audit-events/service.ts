@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely'
-import { publicEvent, toStoredEvent } from '../../audit/index.ts'
+import { type AuditChainer, publicEvent, toStoredEvent } from '../../audit/index.ts'
 import { organizationAdmin, type Permissions } from '../../authz/permissions.ts'
 import { page, rowsToRead } from '../../db/paging.ts'
 import type { Database } from '../../db/schema.ts'
@@ -28,14 +28,22 @@ export const toAuditEvent = (row: AuditEventRow) => publicEvent(toStoredEvent(ro
 export class AuditEvents {
   readonly #db: Kysely<Database>
   readonly #permissions: Permissions
+  readonly #chainer: AuditChainer
 
-  constructor(deps: { db: Kysely<Database>; permissions: Permissions }) {
+  constructor(deps: { db: Kysely<Database>; permissions: Permissions; chainer: AuditChainer }) {
     this.#db = deps.db
     this.#permissions = deps.permissions
+    this.#chainer = deps.chainer
   }
 
-  #authorize(principal: Principal): Promise<TenantScope> {
-    return organizationAdmin(this.#permissions, principal)
+  /**
+   * The caller's organization, once every event of its chain committed so far has its place: a
+   * reader sees the events of what it just did, with sequence and hash, whichever instance wrote them.
+   */
+  async #authorize(principal: Principal): Promise<TenantScope> {
+    const tenant = await organizationAdmin(this.#permissions, principal)
+    await this.#chainer.settle(tenant.organizationId)
+    return tenant
   }
 
   async page(principal: Principal, filter: AuditFilter, options: { limit: number; after?: AuditPageKey }) {

@@ -1,5 +1,4 @@
 import { type CompiledQuery, type RawBuilder, type Selectable, sql } from 'kysely'
-import type { ChainHeadRow } from '../../audit/index.ts'
 import type { RowsRead } from '../../authz/tuple-store.ts'
 import { type CursorKey, cursorCodec } from '../../db/paging.ts'
 import type { Executor, Tx } from '../../db/schema.ts'
@@ -60,31 +59,28 @@ class SqlRead<Row> implements RowsRead<Row> {
 }
 
 /**
- * Inserts a purchase request and takes `lock` (the audit chain head's lock, a data-modifying part
- * returning one row) in the same statement; answers the lock's row.
+ * Inserts a purchase request with `alongside` (a data-modifying part: the audit event) in the same
+ * statement.
  */
-export async function insertPurchaseRequestLocking(
+export async function insertPurchaseRequest(
   trx: Tx,
   tenant: TenantScope,
   values: { id: string; createdBy: string; title: string; status: PurchaseRequestStatus; now: Date },
-  lock: RawBuilder<ChainHeadRow>,
-): Promise<ChainHeadRow> {
-  return trx
-    .with('head', () => sql<ChainHeadRow>`(${lock})`)
-    .with('created', (db) =>
-      db.insertInto('purchase_requests').values({
-        id: values.id,
-        organization_id: tenant.organizationId,
-        created_by: values.createdBy,
-        title: values.title,
-        status: values.status,
-        created_at: values.now,
-        updated_at: values.now,
-      }),
-    )
-    .selectFrom('head')
-    .select(['sequence', 'hash'])
-    .executeTakeFirstOrThrow()
+  alongside: RawBuilder<unknown>,
+): Promise<void> {
+  await trx
+    .with('alongside', () => sql`(${alongside})`)
+    .insertInto('purchase_requests')
+    .values({
+      id: values.id,
+      organization_id: tenant.organizationId,
+      created_by: values.createdBy,
+      title: values.title,
+      status: values.status,
+      created_at: values.now,
+      updated_at: values.now,
+    })
+    .execute()
 }
 
 /** The select of one of the organization's purchase requests, run alone or along with a permission check. */
@@ -116,11 +112,11 @@ export async function purchaseRequestExistsOutside(
 
 /**
  * Moves a request from one status to another, guarded on the current status (of concurrent movers
- * exactly one gets the row back), adds the move to its history and takes `lock` (the audit chain
- * head's lock, a data-modifying part returning one row), in one statement. `moved` is undefined
- * when the status had already moved; the lock is taken either way.
+ * exactly one gets the row back), adds the move to its history and runs `alongside` (a
+ * data-modifying part: the audit event, given the condition "the row moved"), in one statement.
+ * Undefined when the status had already moved.
  */
-export async function movePurchaseRequestLocking(
+export async function movePurchaseRequest(
   trx: Tx,
   tenant: TenantScope,
   move: {
@@ -131,20 +127,19 @@ export async function movePurchaseRequestLocking(
     actorId: string
     now: Date
   },
-  lock: RawBuilder<ChainHeadRow>,
-): Promise<{ moved: PurchaseRequestView | undefined; head: ChainHeadRow }> {
-  const { rows } = await sql<ChainHeadRow & { moved: PurchaseRequestView | null }>`
-    with head as (${lock}), moved as (
+  alongside: (moved: RawBuilder<unknown>) => RawBuilder<unknown>,
+): Promise<PurchaseRequestView | undefined> {
+  const { rows } = await sql<PurchaseRequestView>`
+    with moved as (
       update purchase_requests set status = ${move.to}, updated_at = ${move.now}
       where organization_id = ${tenant.organizationId} and id = ${move.id} and status = ${move.from}
       returning ${VIEW_COLUMNS}
     ), recorded as (
       insert into purchase_request_events (organization_id, purchase_request_id, action, from_status, to_status, actor_id, occurred_at)
       select "organizationId", id, ${move.action}, ${move.from}, ${move.to}, ${move.actorId}, ${move.now} from moved
-    )
-    select head.sequence, head.hash, (select row_to_json(moved) from moved) as moved from head`.execute(trx)
-  const { moved, ...head } = rows[0] as ChainHeadRow & { moved: PurchaseRequestView | null }
-  return { moved: moved ?? undefined, head }
+    ), alongside as (${alongside(sql`exists (select 1 from moved)`)})
+    select * from moved`.execute(trx)
+  return rows[0]
 }
 
 /**

@@ -15,9 +15,9 @@ import { findAccountsOfOrganization } from '../accounts/index.ts'
 import type { FileRow, FileService } from '../files/index.ts'
 import { REPORT_CONTENT_TYPE, renderPurchaseRequestReport, reportFileName } from './report.ts'
 import {
-  insertPurchaseRequestLocking,
+  insertPurchaseRequest,
   listPurchaseRequestEvents,
-  movePurchaseRequestLocking,
+  movePurchaseRequest,
   type PageKey,
   type PurchaseRequestEventRow,
   type PurchaseRequestView,
@@ -143,23 +143,17 @@ export class PurchaseRequests {
         ],
         now,
       )
-      // The row and the audit chain's lock in one statement, after the tuples: the chain of the
-      // organization stays locked only for the event's append and the commit, as with record().
-      const head = await insertPurchaseRequestLocking(
+      // The row and its audit event in one statement.
+      await insertPurchaseRequest(
         trx,
         tenant,
         { id: created.id, createdBy: principal.id, title, status: INITIAL_STATUS, now },
-        audit.headLock(tenant.organizationId),
-      )
-      await audit.recordLocked(
-        trx,
-        {
+        audit.insertion(trx, {
           type: 'purchase_request.created',
           organizationId: tenant.organizationId,
           actor: actorOf(principal),
           subject: { type: 'purchase_request', id: created.id },
-        },
-        audit.lockedHead(tenant.organizationId, head),
+        }),
       )
       await along?.(trx, created)
     })
@@ -296,25 +290,25 @@ export class PurchaseRequests {
     if (!to) throw invalid()
     const now = clock.now()
     return inTransaction(db, async (trx) => {
-      // The move, its history row and the audit chain's lock in one statement.
-      const { moved, head } = await movePurchaseRequestLocking(
+      // The move, its history row and its audit event in one statement.
+      const moved = await movePurchaseRequest(
         trx,
         tenant,
         { id, from: current.status, to, action, actorId: principal.id, now },
-        audit.headLock(tenant.organizationId),
+        (onlyIfMoved) =>
+          audit.insertion(
+            trx,
+            {
+              type: `purchase_request.${DONE[action]}`,
+              organizationId: tenant.organizationId,
+              actor: actorOf(principal),
+              subject: { type: 'purchase_request', id },
+              data: { from: current.status, to },
+            },
+            onlyIfMoved,
+          ),
       )
       if (!moved) throw invalid()
-      await audit.recordLocked(
-        trx,
-        {
-          type: `purchase_request.${DONE[action]}`,
-          organizationId: tenant.organizationId,
-          actor: actorOf(principal),
-          subject: { type: 'purchase_request', id },
-          data: { from: current.status, to },
-        },
-        audit.lockedHead(tenant.organizationId, head),
-      )
       if (action === 'approve') {
         // The creator is emailed when they are a platform account (an API key has no mailbox).
         const [creator] = await findAccountsOfOrganization(trx, tenant, [moved.createdBy])

@@ -51,6 +51,8 @@ export async function insertEndpoint(
       secret: values.secret,
       created_at: values.now,
       updated_at: values.now,
+      // It gets the events written from now on (webhookFanOut), its own creation not among them.
+      audit_position: sql`(select case when is_called then last_value else 0 end from audit_events_position_seq)`,
     })
     .returningAll()
     .executeTakeFirstOrThrow()

@@ -127,7 +127,7 @@ export class Webhooks {
           'WEBHOOK_LIMIT_REACHED',
           `An organization has at most ${WEBHOOK_ENDPOINT_LIMIT} webhook endpoints`,
         )
-      // Recorded before the endpoint exists, so its own creation is not among its messages.
+      // Its own creation is not among its messages (webhookFanOut).
       const id = randomUUID()
       await this.#recorded(trx, principal, tenant, 'webhook.created', id, { host: new URL(url).host })
       return insertEndpoint(trx, tenant, {

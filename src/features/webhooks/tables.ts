@@ -1,7 +1,7 @@
-import type { Generated } from 'kysely'
+import type { ColumnType, Generated, RawBuilder } from 'kysely'
 import type { Timestamp } from '../../db/schema.ts'
 
-// The feature's tables (migration 0025), added to the `Database` interface from here. Every row
+// The feature's tables (migrations 0025 and 0032), added to the `Database` interface from here. Every row
 // carries its organization.
 
 /** Why the service disabled an endpoint: it answered 410 Gone, or it kept failing. */
@@ -23,6 +23,8 @@ export interface WebhookEndpointTable {
   failing_since: Timestamp | null
   created_at: Timestamp
   updated_at: Timestamp
+  /** int8 as text: the last audit event position given out when it was created (null: created before). */
+  audit_position: ColumnType<string | null, RawBuilder<unknown> | null | undefined, never>
 }
 
 export interface WebhookOutboxTable {
