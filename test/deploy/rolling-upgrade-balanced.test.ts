@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises'
 import path from 'node:path'
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -68,17 +67,18 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
         'platform.auth.session-version.enabled': 'true',
         'platform.auth.revocation.fallback-ttl': '1h',
       }
-      const pooled = (await readFile(path.join(release.root, 'src/config.ts'), 'utf8')).includes('listenUrl')
-      oldEnv = {
+      // It is given only the properties it knows: a release refuses configuration it does not.
+      const pooled = release.variables.has('PLATFORM_DATASOURCE_LISTEN_URL')
+      oldEnv = release.envFor({
         ...envOf({ ...config, 'platform.datasource.url': direct, 'platform.datasource.pool-size': '4' }),
         LOG_LEVEL: 'warn',
-      }
+      })
       deployment = await startDeployment({
         directUrl: direct,
         config,
         names: NAMES,
         root: release.root,
-        ...(pooled ? {} : { rootEnv: oldEnv }),
+        rootEnv: (env) => (pooled ? (release?.envFor(env) ?? env) : oldEnv),
         haproxy: { interMs: 250, fall: 2, rise: 2 },
       })
       before = await migrations()

@@ -24,8 +24,8 @@ export interface DeploymentOptions {
   names: readonly string[]
   /** The release the instances start as (another checkout's sources); this one by default. */
   root?: string
-  /** The environment of instances started from `root` (default: `env` below). */
-  rootEnv?: Record<string, string>
+  /** The environment of instances started from `root`, from `env` below (default: `env` itself). */
+  rootEnv?: (env: Record<string, string>) => Record<string, string>
   /** PgBouncer's server connections (default 8). */
   poolSize?: number
   haproxy?: Omit<HaproxyOptions, 'servers'>
@@ -98,7 +98,7 @@ export async function startDeployment(options: DeploymentOptions): Promise<Deplo
   }
   try {
     for (const name of options.names)
-      instances.set(name, await start(name, options.root, options.rootEnv ?? env))
+      instances.set(name, await start(name, options.root, options.rootEnv?.(env) ?? env))
     haproxy = await startHaproxy({
       ...options.haproxy,
       servers: options.names.map((name) => ({ name, port: (instances.get(name) as ServiceProcess).port })),

@@ -43,6 +43,10 @@ export interface ExportedRelease {
   commit: string
   /** The folder holding its sources, to run `src/server.ts` and `src/cli.ts` from. */
   root: string
+  /** The environment variables of the configuration properties it knows (it refuses others). */
+  variables: ReadonlySet<string>
+  /** `env` without the configuration variables it does not know. */
+  envFor(env: Record<string, string>): Record<string, string>
   /** Removes the folder. */
   remove(): Promise<void>
 }
@@ -55,5 +59,24 @@ export async function exportRelease(commit: string): Promise<ExportedRelease> {
     cwd: ROOT,
   })
   await symlink(path.join(ROOT, 'node_modules'), path.join(root, 'node_modules'), 'dir')
-  return { commit, root, remove: () => rm(folder, { recursive: true, force: true }) }
+  const listed = await run(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      "const { configProperties, envName } = await import('./src/config.ts'); console.log(JSON.stringify(configProperties.map(envName)))",
+    ],
+    { cwd: root },
+  )
+  const variables = new Set(JSON.parse(listed.stdout) as string[])
+  return {
+    commit,
+    root,
+    variables,
+    envFor: (env) =>
+      Object.fromEntries(
+        Object.entries(env).filter(([name]) => !name.startsWith('PLATFORM_') || variables.has(name)),
+      ),
+    remove: () => rm(folder, { recursive: true, force: true }),
+  }
 }
