@@ -18,7 +18,7 @@ export const deploymentInstalled = (): boolean => haproxyInstalled() && pgbounce
 export interface DeploymentOptions {
   /** The database, straight to PostgreSQL (`postgres://user@host:port/name`). */
   directUrl: string
-  /** Configuration beside the datasource entries this module sets. */
+  /** Configuration; the datasource entries of pooledDatasource unless it sets them itself. */
   config: ConfigSource
   /** The instances' names, which are HAProxy's server names. */
   names: readonly string[]
@@ -76,7 +76,7 @@ export async function startDeployment(options: DeploymentOptions): Promise<Deplo
     poolSize: options.poolSize ?? 8,
   })
   const env = {
-    ...envOf({ ...options.config, ...pooledDatasource(options.directUrl, bouncer) }),
+    ...envOf({ ...pooledDatasource(options.directUrl, bouncer), ...options.config }),
     LOG_LEVEL: options.logLevel ?? process.env.DEPLOY_LOG_LEVEL ?? 'warn',
   }
   const dataDir = await mkdtemp(path.join(tmpdir(), 'platform-deploy-'))
