@@ -1,53 +1,24 @@
-import { execFile } from 'node:child_process'
-import { mkdtemp, rm, symlink } from 'node:fs/promises'
+import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
-import { promisify } from 'node:util'
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { ConfigSource } from '../../src/config.ts'
 import { FAST_LOGIN_CONFIG, PASSWORD } from '../helpers/accounts.ts'
 import { testSecret } from '../helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
+import { type ExportedRelease, exportRelease, previousRelease } from '../helpers/previous-release.ts'
 import { ROOT, runNode } from '../helpers/process.ts'
 import { envOf, type ServiceProcess, startService } from '../helpers/service-process.ts'
 
-// A rolling upgrade on one database: the previous release (the newest earlier commit whose
-// migrations this release's extend, its sources exported with `git archive` into a temporary folder, this checkout's
-// node_modules linked in) serves on a database it migrated, with a signed-in user creating and
+// A rolling upgrade on one database: the previous release (test/helpers/previous-release.ts: the
+// newest earlier commit whose migrations this release's extend, its sources exported with `git
+// archive` into a temporary folder, this checkout's node_modules linked in) serves on a database it migrated, with a signed-in user creating and
 // reading purchase requests all along, while this release starts beside it and applies the newer
 // migration: the old release keeps answering every request. Then this release starts on a schema a
 // still newer release migrated: its migrator applies nothing, rolls nothing back, and it serves.
 
-const run = promisify(execFile)
 const TIMEOUT_MS = 180_000
-
-/** The migration names a commit holds, in the order the migrator applies them. */
-async function migrationsAt(commit: string): Promise<string[]> {
-  const listed = await run('git', ['ls-tree', '--name-only', commit, 'migrations/'], { cwd: ROOT })
-  return listed.stdout.split('\n').filter(Boolean).sort()
-}
-
-/**
- * The previous release: the newest commit of this branch's own line (first parents) whose
- * migrations are a proper prefix of this checkout's, so a database it migrated is one this release
- * can move on from. (A commit between two merges may hold a later-numbered migration without an
- * earlier one a later merge brought; no release ships in that state, and the migrator refuses it.)
- */
-async function previousRelease(): Promise<string | null> {
-  const history = await run('git', ['rev-list', '--first-parent', '--max-count=400', 'HEAD'], {
-    cwd: ROOT,
-  }).catch(() => null)
-  const commits = history?.stdout.split('\n').filter(Boolean) ?? []
-  const head = commits[0]
-  if (!head) return null
-  const current = await migrationsAt(head)
-  for (const commit of commits.slice(1)) {
-    const older = await migrationsAt(commit)
-    if (older.length < current.length && older.every((name, i) => name === current[i])) return commit
-  }
-  return null
-}
 
 describe.skipIf(!usingPostgres())(
   'a rolling upgrade: the previous release beside this one on one database',
@@ -55,6 +26,7 @@ describe.skipIf(!usingPostgres())(
   () => {
     let database: TestDatabase
     let folder: string
+    let release: ExportedRelease | undefined
     let oldRoot: string
     let env: Record<string, string>
     let old: ServiceProcess | undefined
@@ -65,11 +37,8 @@ describe.skipIf(!usingPostgres())(
       commit = await previousRelease()
       expect(commit, 'the previous release needs the git history (not a shallow clone)').toBeTruthy()
       folder = await mkdtemp(path.join(tmpdir(), 'platform-upgrade-'))
-      oldRoot = path.join(folder, 'release')
-      await run('sh', ['-c', `mkdir -p "${oldRoot}" && git archive "${commit}" | tar -x -C "${oldRoot}"`], {
-        cwd: ROOT,
-      })
-      await symlink(path.join(ROOT, 'node_modules'), path.join(oldRoot, 'node_modules'), 'dir')
+      release = await exportRelease(commit as string)
+      oldRoot = release.root
       database = await createTestDatabase({ migrated: false, poolSize: 1 })
       const config: ConfigSource = {
         ...FAST_LOGIN_CONFIG,
@@ -85,6 +54,7 @@ describe.skipIf(!usingPostgres())(
       await Promise.all([old?.stop(), current?.stop()])
       await database?.dispose()
       if (folder) await rm(folder, { recursive: true, force: true })
+      await release?.remove()
     })
 
     const migrations = async () =>

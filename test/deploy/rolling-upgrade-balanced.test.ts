@@ -1,0 +1,164 @@
+import path from 'node:path'
+import { sql } from 'kysely'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { ConfigSource } from '../../src/config.ts'
+import { FAST_LOGIN_CONFIG, PASSWORD } from '../helpers/accounts.ts'
+import { testSecret } from '../helpers/app.ts'
+import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
+import {
+  type Deployment,
+  deploymentInstalled,
+  revocationOnEvery,
+  signInAt,
+  startDeployment,
+  steadyLoad,
+} from '../helpers/deployment.ts'
+import { type ExportedRelease, exportRelease, previousRelease } from '../helpers/previous-release.ts'
+import { runNode } from '../helpers/process.ts'
+import { envOf } from '../helpers/service-process.ts'
+
+// A rolling upgrade as deployed (test/helpers/deployment.ts): three instances of the previous
+// release (test/helpers/previous-release.ts) behind a real HAProxy, on one PostgreSQL database,
+// under a steady load of a signed-in user's reads and purchase-request creations through the
+// balancer. Each instance in turn is taken out of the balancer (its runtime API: the previous
+// release may have no drain delay), stopped once nothing is open on it, and replaced by this release
+// on its port, through PgBouncer in transaction mode. The first of them applies the newer
+// migrations while two old instances still serve on the schema. The load sees only 200 and 201, no
+// connection error and no timeout; the session still refreshes; a session ended at the end is
+// refused by every instance.
+//
+// A previous release that predates platform.datasource.listen-url cannot run behind a transaction
+// pooler (its LISTEN connection would hear nothing, and its migrator's session lock would stay
+// behind on a pooled server connection): it connects straight to PostgreSQL, as it was deployed.
+
+const TIMEOUT_MS = 240_000
+const NAMES = ['a', 'b', 'c'] as const
+
+describe.skipIf(!usingPostgres() || !deploymentInstalled())(
+  'a rolling upgrade behind HAProxy: the previous release replaced instance by instance under load',
+  { timeout: TIMEOUT_MS },
+  () => {
+    let database: TestDatabase
+    let release: ExportedRelease | undefined
+    let deployment: Deployment
+    let oldEnv: Record<string, string>
+    let before: string[]
+
+    const migrations = async () =>
+      (
+        await sql<{ name: string }>`select name from kysely_migration order by name`.execute(
+          database.handle.db,
+        )
+      ).rows.map((row) => row.name)
+
+    beforeAll(async () => {
+      const commit = await previousRelease()
+      expect(commit, 'the previous release needs the git history (not a shallow clone)').toBeTruthy()
+      release = await exportRelease(commit as string)
+      database = await createTestDatabase({ migrated: false, poolSize: 1 })
+      const direct = database.url as string
+      const config: ConfigSource = {
+        ...FAST_LOGIN_CONFIG,
+        'platform.profile': 'test',
+        'platform.auth.jwt.secret': testSecret(),
+        'platform.server.drain-delay': '2s',
+        'platform.auth.cookie.secure': 'false',
+        // Only the NOTIFY of a revocation ends a session's cached state before an hour.
+        'platform.auth.session-version.enabled': 'true',
+        'platform.auth.revocation.fallback-ttl': '1h',
+      }
+      // It is given only the properties it knows: a release refuses configuration it does not.
+      const pooled = release.variables.has('PLATFORM_DATASOURCE_LISTEN_URL')
+      oldEnv = release.envFor({
+        ...envOf({ ...config, 'platform.datasource.url': direct, 'platform.datasource.pool-size': '4' }),
+        LOG_LEVEL: 'warn',
+      })
+      deployment = await startDeployment({
+        directUrl: direct,
+        config,
+        names: NAMES,
+        root: release.root,
+        rootEnv: (env) => (pooled ? (release?.envFor(env) ?? env) : oldEnv),
+        haproxy: { interMs: 250, fall: 2, rise: 2 },
+      })
+      before = await migrations()
+    }, TIMEOUT_MS)
+
+    afterAll(async () => {
+      await deployment?.stop()
+      await database?.dispose()
+      await release?.remove()
+    })
+
+    it('answers every request while each old instance is replaced and the first new one migrates', async () => {
+      // An organization and a member, made by the previous release's CLI.
+      const cli = async (args: string[], stdin?: string) => {
+        const root = (release as ExportedRelease).root
+        const { code, stdout, stderr } = await runNode(
+          path.join(root, 'src/cli.ts'),
+          args,
+          { ...oldEnv, PLATFORM_DATA_DIR: path.join(root, `cli-${args[0]}`) },
+          stdin,
+        ).done
+        expect(code, stderr).toBe(0)
+        return JSON.parse(stdout) as Record<string, string>
+      }
+      const { organizationId } = await cli(['org', 'create', '--name', 'Upgraded'])
+      const email = 'balanced-upgrade@example.com'
+      await cli(
+        [
+          'user',
+          'create',
+          '--org',
+          organizationId as string,
+          '--email',
+          email,
+          '--role',
+          'member',
+          '--password-stdin',
+        ],
+        `${PASSWORD}\n`,
+      )
+      const { cookie } = await signInAt(deployment.base, email, PASSWORD)
+
+      const load = steadyLoad(deployment.base, cookie, 60)
+      const migratedAfter: Record<string, number> = {}
+      for (const name of NAMES) {
+        await deployment.replace(name, { byHand: true })
+        migratedAfter[name] = (await migrations()).length
+      }
+      const result = await load.stop()
+
+      const answered = Object.fromEntries(load.statuses)
+      const after = await migrations()
+      console.log(
+        `rolling upgrade behind the balancer from ${release?.commit} (${before.length} → ${after.length} migrations): ` +
+          `${result.requests.total} requests, ${result.requests.average} req/s, p99 ${result.latency.p99} ms, ` +
+          `answers ${JSON.stringify(answered)}; ${deployment.events.join(', ')}`,
+      )
+      expect(load.errors).toEqual([])
+      expect(result.timeouts).toBe(0)
+      expect(Object.keys(answered).sort()).toEqual(['200', '201'])
+      expect(result.non2xx).toBe(0)
+      expect(deployment.events).toEqual(
+        NAMES.flatMap((name) => [`${name} taken out`, `${name} exited`, `${name} up`]),
+      )
+      // The first instance of this release applied the newer migrations, with b and c still old.
+      expect(after.length).toBeGreaterThan(before.length)
+      expect(after.slice(0, before.length)).toEqual(before)
+      expect(migratedAfter).toEqual({ a: after.length, b: after.length, c: after.length })
+
+      // The session made on the old release reads and refreshes on the new one.
+      const sessions = await fetch(`${deployment.base}/api/auth/sessions`, { headers: { cookie } })
+      expect(sessions.status).toBe(200)
+      const refreshed = await fetch(`${deployment.base}/api/auth/refresh`, {
+        method: 'POST',
+        headers: { cookie },
+      })
+      expect(refreshed.status).toBe(200)
+
+      const revocation = await revocationOnEvery(deployment, email, PASSWORD)
+      expect(revocation).toEqual({ before: [200, 200, 200], ended: 204, kept: [200, 200, 200] })
+    })
+  },
+)
