@@ -2,30 +2,28 @@ import { type RawBuilder, type Selectable, sql } from 'kysely'
 import type { AuditEventTable, Executor, Tx } from '../db/schema.ts'
 import { GENESIS_HASH, type StoredEvent } from './chain.ts'
 
-/** A chain's head as the statement that locks it returns it (int8 as text). */
-export type ChainHeadRow = {
-  sequence: string
+/** A chain's head: its last event's sequence and hash (0 and the genesis hash before its first). */
+export interface ChainHead {
+  chain: string
+  sequence: number
   hash: string
 }
 
 /**
- * The statement that locks a chain's head for the rest of the transaction and returns it (a new
- * chain starts at 0 and the genesis hash): whoever comes second waits for the first to commit. Run
- * alone (lockChainHead) or as a data-modifying part of a caller's statement, so that the lock costs
- * no round trip of its own.
+ * Locks the heads of `chains` for the rest of the transaction and returns them, creating a new
+ * chain's head at 0 and the genesis hash, in one statement. The rows are locked in the order of
+ * their names, so two chainers locking overlapping sets wait for each other instead of deadlocking.
  */
-export function chainHeadLock(chain: string): RawBuilder<ChainHeadRow> {
-  return sql<ChainHeadRow>`
-    insert into audit_chain_heads (chain, sequence, hash) values (${chain}, 0, ${GENESIS_HASH})
+export async function lockChainHeads(trx: Tx, chains: string[]): Promise<Map<string, ChainHead>> {
+  const names = JSON.stringify([...new Set(chains)].sort())
+  const { rows } = await sql<{ chain: string; sequence: string; hash: string }>`
+    insert into audit_chain_heads (chain, sequence, hash)
+    select name, 0, ${GENESIS_HASH} from jsonb_array_elements_text(${names}::jsonb) as name order by name
     on conflict (chain) do update set chain = excluded.chain
-    returning sequence, hash`
-}
-
-/** Locks a chain's head for the rest of the transaction and returns it, in one statement. */
-export async function lockChainHead(trx: Tx, chain: string): Promise<{ sequence: number; hash: string }> {
-  const { rows } = await chainHeadLock(chain).execute(trx)
-  const head = rows[0] as ChainHeadRow
-  return { sequence: Number(head.sequence), hash: head.hash }
+    returning chain, sequence, hash`.execute(trx)
+  return new Map(
+    rows.map((row) => [row.chain, { chain: row.chain, sequence: Number(row.sequence), hash: row.hash }]),
+  )
 }
 
 /** An event as the causing transaction writes it: everything but its place in the chain. */
@@ -55,16 +53,23 @@ export function eventInsertion(
     ${onlyIf ? sql`where ${onlyIf}` : sql``}`
 }
 
-/** A chain's events not chained yet, in the order they were written, at most `limit`. */
-export async function unchainedEvents(trx: Tx, chain: string, limit: number): Promise<WrittenEvent[]> {
-  const rows = await trx
-    .selectFrom('audit_events')
-    .selectAll()
-    .where('chain', '=', chain)
-    .where('sequence', 'is', null)
-    .orderBy('position')
-    .limit(limit)
-    .execute()
+/**
+ * The unchained events of `chains`, chain by chain in the order they were written, at most
+ * `limitPerChain` of each.
+ */
+export async function unchainedEvents(
+  trx: Tx,
+  chains: string[],
+  limitPerChain: number,
+): Promise<WrittenEvent[]> {
+  const { rows } = await sql<Selectable<AuditEventTable>>`
+    select * from (
+      select e.*, row_number() over (partition by e.chain order by e.position) as nth
+      from audit_events e
+      where e.sequence is null and e.chain in (select jsonb_array_elements_text(${JSON.stringify(chains)}::jsonb))
+    ) unchained
+    where nth <= ${limitPerChain}
+    order by chain, position`.execute(trx)
   return rows.map((row) => ({
     id: row.id,
     position: row.position as string,
@@ -84,22 +89,22 @@ export async function unchainedEvents(trx: Tx, chain: string, limit: number): Pr
 }
 
 /**
- * Gives events their places (sequence, key, hashes) and moves their chain's head to the last, in one
+ * Gives events their places (sequence, key, hashes) and moves their chains' heads to `heads`, in one
  * statement, with `alongside` (a data-modifying statement of the caller's, such as queueing webhook
  * messages) as one more part. Returns how many events it linked: fewer than given means one was
  * chained meanwhile, and the caller must roll back.
  */
 export async function linkEvents(
   trx: Tx,
-  chain: string,
   events: StoredEvent[],
+  heads: ChainHead[],
   alongside: RawBuilder<unknown> | null = null,
 ): Promise<number> {
-  const last = events.at(-1)
-  if (!last) return 0
+  if (events.length === 0) return 0
   const places = JSON.stringify(
     events.map((e) => ({
       id: e.id,
+      chain: e.chain,
       sequence: e.sequence,
       key_id: e.keyId,
       previous_hash: e.previousHash,
@@ -110,13 +115,17 @@ export async function linkEvents(
     with linked as (
       update audit_events e
       set sequence = v.sequence, key_id = v.key_id, previous_hash = v.previous_hash, hash = v.hash
-      from jsonb_to_recordset(${places}::jsonb) as v(id uuid, sequence bigint, key_id text, previous_hash text, hash text)
-      where e.id = v.id and e.chain = ${chain} and e.sequence is null
+      from jsonb_to_recordset(${places}::jsonb)
+        as v(id uuid, chain text, sequence bigint, key_id text, previous_hash text, hash text)
+      where e.id = v.id and e.chain = v.chain and e.sequence is null
+      returning 1
+    ), moved as (
+      update audit_chain_heads h set sequence = v.sequence, hash = v.hash
+      from jsonb_to_recordset(${JSON.stringify(heads)}::jsonb) as v(chain text, sequence bigint, hash text)
+      where h.chain = v.chain
       returning 1
     )${alongside ? sql`, alongside as (${alongside})` : sql``}
-    update audit_chain_heads set sequence = ${last.sequence}, hash = ${last.hash}
-    where chain = ${chain}
-    returning (select count(*) from linked) as linked`.execute(trx)
+    select (select count(*) from linked) as linked`.execute(trx)
   return Number(rows[0]?.linked ?? 0)
 }
 
