@@ -70,9 +70,13 @@ export async function unchainedEvents(
     ) unchained
     where nth <= ${limitPerChain}
     order by chain, position`.execute(trx)
-  return rows.map((row) => ({
+  return rows.map((row) => ({ ...eventOf(row), position: row.position as string }))
+}
+
+/** What a row says of its event, whether chained or not. */
+function eventOf(row: Selectable<AuditEventTable>): UnchainedEvent {
+  return {
     id: row.id,
-    position: row.position as string,
     chain: row.chain,
     organizationId: row.organization_id,
     occurredAt: row.occurred_at,
@@ -85,7 +89,7 @@ export async function unchainedEvents(
     userAgent: row.user_agent,
     requestId: row.request_id,
     data: row.data as Record<string, unknown>,
-  }))
+  }
 }
 
 /**
@@ -175,20 +179,8 @@ export function toStoredEvent(row: Selectable<AuditEventTable>): StoredEvent {
   if (row.sequence === null || row.key_id === null || row.previous_hash === null || row.hash === null)
     throw new Error(`audit event ${row.id} is not chained yet`)
   return {
-    id: row.id,
-    chain: row.chain,
+    ...eventOf(row),
     sequence: Number(row.sequence),
-    organizationId: row.organization_id,
-    occurredAt: row.occurred_at,
-    type: row.type,
-    actorType: row.actor_type,
-    actorId: row.actor_id,
-    subjectType: row.subject_type,
-    subjectId: row.subject_id,
-    ipAddress: row.ip_address,
-    userAgent: row.user_agent,
-    requestId: row.request_id,
-    data: row.data as Record<string, unknown>,
     keyId: row.key_id,
     previousHash: row.previous_hash,
     hash: row.hash,
