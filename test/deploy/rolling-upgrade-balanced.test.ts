@@ -198,8 +198,23 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
         smtp,
         email,
       })
-      console.log(`exactly once across the upgrade: ${once.summary}`)
+      // Which release queued each creation's message: an event the writing transaction chained
+      // itself (the previous release) was never updated after, so it has the purchase request's
+      // xmin; one this release's chainer linked later has the chainer's.
+      const { rows: queuedBy } = await sql<{ writer: string; chainer: string }>`
+        select count(*) filter (where e.xmin = p.xmin) as writer,
+          count(*) filter (where not e.xmin = p.xmin) as chainer
+        from purchase_requests p
+        join audit_events e on e.subject_id = p.id::text and e.type = 'purchase_request.created'
+        where p.organization_id = ${organizationId}`.execute(database.handle.db)
+      const split = { writer: Number(queuedBy[0]?.writer), chainer: Number(queuedBy[0]?.chainer) }
+      console.log(
+        `exactly once across the upgrade: ${once.summary}; ${split.writer} messages queued by the writing transaction, ${split.chainer} by the chainer`,
+      )
       expect(once.violations).toEqual([])
+      // Across the chainer's arrival both ways of queueing took part.
+      if (!before.includes('0032_audit_chainer'))
+        expect(split.writer > 0 && split.chainer > 0, JSON.stringify(split)).toBe(true)
 
       const revocation = await revocationOnEvery(deployment, email, PASSWORD)
       expect(revocation).toEqual({ before: [200, 200, 200], ended: 204, kept: [200, 200, 200] })
