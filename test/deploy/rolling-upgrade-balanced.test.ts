@@ -7,7 +7,10 @@ import { testSecret } from '../helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
 import {
   type Deployment,
+  deliveredExactlyOnce,
+  deliveryConfig,
   deploymentInstalled,
+  readsCreatesAndResets,
   revocationOnEvery,
   signInAt,
   startDeployment,
@@ -16,16 +19,24 @@ import {
 import { type ExportedRelease, exportRelease, previousRelease } from '../helpers/previous-release.ts'
 import { runNode } from '../helpers/process.ts'
 import { envOf } from '../helpers/service-process.ts'
+import { SmtpSink } from '../helpers/smtp-sink.ts'
+import { WebhookReceiver } from '../helpers/webhook-receiver.ts'
 
 // A rolling upgrade as deployed (test/helpers/deployment.ts): three instances of the previous
-// release (test/helpers/previous-release.ts) behind a real HAProxy, on one PostgreSQL database,
-// under a steady load of a signed-in user's reads and purchase-request creations through the
-// balancer. Each instance in turn is taken out of the balancer (its runtime API: the previous
-// release may have no drain delay), stopped once nothing is open on it, and replaced by this release
-// on its port, through PgBouncer in transaction mode. The first of them applies the newer
-// migrations while two old instances still serve on the schema. The load sees only 200 and 201, no
-// connection error and no timeout; the session still refreshes; a session ended at the end is
-// refused by every instance.
+// release (test/helpers/previous-release.ts) behind a real HAProxy, on one PostgreSQL database, one
+// real SMTP server and one webhook receiver, under a steady load through the balancer of a
+// signed-in user's reads, purchase-request creations (each reported to a webhook endpoint the
+// organization's admin made on the previous release) and password-reset requests (each mailed).
+// Each instance in turn is taken out of the balancer (its runtime API: the previous release may have
+// no drain delay), stopped once nothing is open on it, and replaced by this release on its port,
+// through PgBouncer in transaction mode. The first of them applies the newer
+// migrations while two old instances still serve on the schema. The load sees only 200, 201 and
+// 202, no connection error and no timeout; the session still refreshes. Once the outboxes drain,
+// every creation was delivered to the endpoint exactly once and every reset request mailed exactly
+// once, whichever release wrote it and whichever delivered it: the previous release queues a
+// webhook message in the transaction that writes the audit event, this one when its chainer links
+// the event moments after commit (src/audit/chainer.ts). A session ended at the end is refused by
+// every instance.
 //
 // A previous release that predates platform.datasource.listen-url cannot run behind a transaction
 // pooler (its LISTEN connection would hear nothing, and its migrator's session lock would stay
@@ -39,6 +50,8 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
   { timeout: TIMEOUT_MS },
   () => {
     let database: TestDatabase
+    let smtp: SmtpSink
+    let receiver: WebhookReceiver
     let release: ExportedRelease | undefined
     let deployment: Deployment
     let oldEnv: Record<string, string>
@@ -56,6 +69,7 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
       expect(commit, 'the previous release needs the git history (not a shallow clone)').toBeTruthy()
       release = await exportRelease(commit as string)
       database = await createTestDatabase({ migrated: false, poolSize: 1 })
+      ;[smtp, receiver] = await Promise.all([SmtpSink.start(), WebhookReceiver.start()])
       const direct = database.url as string
       const config: ConfigSource = {
         ...FAST_LOGIN_CONFIG,
@@ -66,6 +80,7 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
         // Only the NOTIFY of a revocation ends a session's cached state before an hour.
         'platform.auth.session-version.enabled': 'true',
         'platform.auth.revocation.fallback-ttl': '1h',
+        ...deliveryConfig(smtp),
       }
       // It is given only the properties it knows: a release refuses configuration it does not.
       const pooled = release.variables.has('PLATFORM_DATASOURCE_LISTEN_URL')
@@ -86,12 +101,13 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
 
     afterAll(async () => {
       await deployment?.stop()
+      await Promise.all([smtp?.close(), receiver?.close()])
       await database?.dispose()
       await release?.remove()
     })
 
-    it('answers every request while each old instance is replaced and the first new one migrates', async () => {
-      // An organization and a member, made by the previous release's CLI.
+    it('answers every request while each old instance is replaced and the first new one migrates, and mails and delivers each event once', async () => {
+      // An organization, its admin and a member, made by the previous release's CLI.
       const cli = async (args: string[], stdin?: string) => {
         const root = (release as ExportedRelease).root
         const { code, stdout, stderr } = await runNode(
@@ -104,24 +120,37 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
         return JSON.parse(stdout) as Record<string, string>
       }
       const { organizationId } = await cli(['org', 'create', '--name', 'Upgraded'])
+      const userCreate = (email: string, role: string) =>
+        cli(
+          [
+            'user',
+            'create',
+            '--org',
+            organizationId as string,
+            '--email',
+            email,
+            '--role',
+            role,
+            '--password-stdin',
+          ],
+          `${PASSWORD}\n`,
+        )
       const email = 'balanced-upgrade@example.com'
-      await cli(
-        [
-          'user',
-          'create',
-          '--org',
-          organizationId as string,
-          '--email',
-          email,
-          '--role',
-          'member',
-          '--password-stdin',
-        ],
-        `${PASSWORD}\n`,
-      )
+      const adminEmail = 'balanced-upgrade-admin@example.com'
+      await userCreate(email, 'member')
+      await userCreate(adminEmail, 'admin')
+      // The webhook endpoint, made on the previous release (so without the position this release
+      // notes on the endpoints it makes).
+      const admin = await signInAt(deployment.base, adminEmail, PASSWORD)
+      const endpoint = await fetch(`${deployment.base}/api/webhooks`, {
+        method: 'POST',
+        headers: { cookie: admin.access, 'content-type': 'application/json' },
+        body: JSON.stringify({ url: `${receiver.url}/created`, eventTypes: ['purchase_request.created'] }),
+      })
+      expect(endpoint.status, await endpoint.text()).toBe(201)
       const { cookie } = await signInAt(deployment.base, email, PASSWORD)
 
-      const load = steadyLoad(deployment.base, cookie, 60)
+      const load = steadyLoad(deployment.base, cookie, 60, readsCreatesAndResets(email))
       const migratedAfter: Record<string, number> = {}
       for (const name of NAMES) {
         await deployment.replace(name, { byHand: true })
@@ -138,7 +167,7 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
       )
       expect(load.errors).toEqual([])
       expect(result.timeouts).toBe(0)
-      expect(Object.keys(answered).sort()).toEqual(['200', '201'])
+      expect(Object.keys(answered).sort()).toEqual(['200', '201', '202'])
       expect(result.non2xx).toBe(0)
       expect(deployment.events).toEqual(
         NAMES.flatMap((name) => [`${name} taken out`, `${name} exited`, `${name} up`]),
@@ -156,6 +185,36 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
         headers: { cookie },
       })
       expect(refreshed.status).toBe(200)
+
+      // Exactly once across the upgrade: each purchase request created is one delivery to the
+      // endpoint whichever release wrote its event (and so queued its message), and each mail
+      // queued one mail whichever release sent it.
+      const once = await deliveredExactlyOnce({
+        db: database.handle.db,
+        organizationId: organizationId as string,
+        load,
+        receiver,
+        path: '/created',
+        smtp,
+        email,
+      })
+      // Which release queued each creation's message: an event the writing transaction chained
+      // itself (the previous release) was never updated after, so it has the purchase request's
+      // xmin; one this release's chainer linked later has the chainer's.
+      const { rows: queuedBy } = await sql<{ writer: string; chainer: string }>`
+        select count(*) filter (where e.xmin = p.xmin) as writer,
+          count(*) filter (where not e.xmin = p.xmin) as chainer
+        from purchase_requests p
+        join audit_events e on e.subject_id = p.id::text and e.type = 'purchase_request.created'
+        where p.organization_id = ${organizationId}`.execute(database.handle.db)
+      const split = { writer: Number(queuedBy[0]?.writer), chainer: Number(queuedBy[0]?.chainer) }
+      console.log(
+        `exactly once across the upgrade: ${once.summary}; ${split.writer} messages queued by the writing transaction, ${split.chainer} by the chainer`,
+      )
+      expect(once.violations).toEqual([])
+      // Across the chainer's arrival both ways of queueing took part.
+      if (!before.includes('0032_audit_chainer'))
+        expect(split.writer > 0 && split.chainer > 0, JSON.stringify(split)).toBe(true)
 
       const revocation = await revocationOnEvery(deployment, email, PASSWORD)
       expect(revocation).toEqual({ before: [200, 200, 200], ended: 204, kept: [200, 200, 200] })

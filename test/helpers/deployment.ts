@@ -2,11 +2,15 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import path from 'node:path'
 import autocannon from 'autocannon'
+import { type Kysely, sql } from 'kysely'
 import type { ConfigSource } from '../../src/config.ts'
+import type { Database } from '../../src/db/schema.ts'
 import { type Haproxy, type HaproxyOptions, haproxyInstalled, startHaproxy } from './haproxy.ts'
 import { type PgBouncer, pgbouncerInstalled, startPgBouncer } from './pgbouncer.ts'
 import { pollUntil } from './poll.ts'
 import { envOf, type ServiceProcess, startService } from './service-process.ts'
+import type { SmtpSink } from './smtp-sink.ts'
+import type { WebhookReceiver } from './webhook-receiver.ts'
 
 // Deployed as in production, for the tests of test/deploy and the deployed bench and soak: `npm
 // start` processes (src/server.ts) behind a real HAProxy that health-checks GET /health/ready, on
@@ -199,7 +203,38 @@ export const CREATE: autocannon.Request = {
 export const READS_AND_CREATES: autocannon.Request[] = [LIST, CREATE]
 
 /**
- * autocannon at a steady `rate` (requests per second over 4 connections) until stopped, each
+ * The load of the exactly-once checks (deliveredExactlyOnce): two lists, a creation (one
+ * `purchase_request.created` webhook message each) and a password-reset request for `email` (one
+ * mail each), in turn.
+ */
+export function readsCreatesAndResets(email: string): autocannon.Request[] {
+  const reset: autocannon.Request = {
+    method: 'POST',
+    path: '/api/auth/password-reset/request',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ email }),
+  }
+  return [LIST, CREATE, LIST, reset]
+}
+
+/**
+ * The configuration of the exactly-once checks: mail to `smtp`, webhooks allowed to the receiver on
+ * 127.0.0.1, and no limit on reset requests that the load could reach.
+ */
+export function deliveryConfig(smtp: SmtpSink): ConfigSource {
+  return {
+    'platform.mail.smtp.url': smtp.url,
+    'platform.webhooks.allow-private-networks': 'true',
+    'platform.auth.rate-limit.reset-per-minute': '1000000',
+    'platform.auth.rate-limit.reset-per-hour': '1000000',
+  }
+}
+
+/** The steady load's connections: at most this many requests are in flight when it stops. */
+export const LOAD_CONNECTIONS = 4
+
+/**
+ * autocannon at a steady `rate` (requests per second over LOAD_CONNECTIONS) until stopped, each
  * request with the signed-in `cookie`, every answer counted by status, every error kept.
  */
 export function steadyLoad(
@@ -217,7 +252,7 @@ export function steadyLoad(
   const tracker = autocannon(
     {
       url: base,
-      connections: 4,
+      connections: LOAD_CONNECTIONS,
       overallRate: rate,
       duration: 3_600,
       timeout: 20,
@@ -284,4 +319,123 @@ export async function revocationOnEvery(
     20_000,
   )
   return { before, ended: ended.status, kept: await onEach(kept.access) }
+}
+
+export interface ExactlyOnce {
+  /** The figures, in one line for the test's log. */
+  summary: string
+  /**
+   * Each way the deliveries differ from exactly once, in words and ids; empty when every purchase
+   * request created was delivered to the endpoint once and every mail queued was received once.
+   */
+  violations: string[]
+}
+
+/**
+ * After a readsCreatesAndResets load at an organization with one webhook endpoint for
+ * `purchase_request.created` at `receiver`'s `path`: waits until nothing is left unchained in the
+ * audit chains or undelivered in the outboxes and the receiver and `smtp` have had at least one
+ * delivery per row and answer (messages are queued moments after their cause commits, so nothing
+ * is assumed at response time), then compares. Every purchase request of the organization is
+ * delivered to the endpoint once, by one message (distinct webhook-ids), and nothing else is; every
+ * mail queued is received once (the received Message-IDs are the mail outbox's), each to `email`.
+ * Requests in flight when the load stopped may have committed unanswered: rows and mails may be up
+ * to LOAD_CONNECTIONS more than the 201 and 202 answers counted, never fewer.
+ */
+export async function deliveredExactlyOnce(options: {
+  db: Kysely<Database>
+  organizationId: string
+  load: Load
+  receiver: WebhookReceiver
+  path: string
+  smtp: SmtpSink
+  email: string
+}): Promise<ExactlyOnce> {
+  const { db, load, receiver, smtp } = options
+  const creates = load.statuses.get(201) ?? 0
+  const resets = load.statuses.get(202) ?? 0
+  const created = async () =>
+    (
+      await sql<{ id: string }>`
+        select id from purchase_requests where organization_id = ${options.organizationId}`.execute(db)
+    ).rows.map((row) => row.id)
+  const pending = async () => {
+    const { rows } = await sql<{ count: string }>`
+      select (select count(*) from audit_events where sequence is null)
+           + (select count(*) from mail_outbox where sent_at is null)
+           + (select count(*) from webhook_outbox where delivered_at is null) as count`.execute(db)
+    return Number(rows[0]?.count)
+  }
+  const waited = await pollUntil(
+    'a webhook delivery per purchase request, a mail per reset request answered, nothing unchained or undelivered',
+    async () =>
+      receiver.received.length >= (await created()).length &&
+      smtp.received.length >= resets &&
+      (await pending()) === 0,
+    90_000,
+    200,
+  )
+  const rows = await created()
+  const queued = (await sql<{ id: string }>`select message_id as id from mail_outbox`.execute(db)).rows.map(
+    (row) => row.id,
+  )
+  const deliveries = receiver.to(options.path)
+  const bodies = deliveries.map(
+    (delivery) => JSON.parse(delivery.body) as { type: string; data: { subject: { id: string } | null } },
+  )
+  const delivered = bodies.map((body) => body.data.subject?.id ?? '')
+  const webhookIds = new Set(deliveries.map((delivery) => String(delivery.headers['webhook-id'])))
+  const mailIds = smtp.messageIds()
+
+  const violations: string[] = []
+  const unanswered = (what: string, count: number, answered: number) => {
+    if (count < answered || count > answered + LOAD_CONNECTIONS)
+      violations.push(`${count} ${what} for ${answered} answers (0 to ${LOAD_CONNECTIONS} more expected)`)
+  }
+  unanswered('purchase requests', rows.length, creates)
+  unanswered('mails queued', queued.length, resets)
+  const onceEach = (what: string, expected: string[], got: string[]) => {
+    const times = new Map(expected.map((id) => [id, 0]))
+    const unexpected = new Set<string>()
+    for (const id of got) {
+      const seen = times.get(id)
+      if (seen === undefined) unexpected.add(id)
+      else times.set(id, seen + 1)
+    }
+    const more = [...times].filter(([, n]) => n > 1).map(([id, n]) => `${id} × ${n}`)
+    const none = [...times].filter(([, n]) => n === 0).map(([id]) => id)
+    if (more.length > 0) violations.push(`${what} more than once: ${more.join(', ')}`)
+    if (none.length > 0) violations.push(`${what} never: ${none.join(', ')}`)
+    if (unexpected.size > 0) violations.push(`${what} unexpectedly: ${[...unexpected].join(', ')}`)
+  }
+  onceEach('purchase requests delivered', rows, delivered)
+  // A subject delivered twice by one message was redelivered; by two, it was queued twice.
+  const idsOf = new Map<string, string[]>()
+  deliveries.forEach((delivery, i) => {
+    const subject = delivered[i] as string
+    idsOf.set(subject, [...(idsOf.get(subject) ?? []), String(delivery.headers['webhook-id'])])
+  })
+  for (const [subject, ids] of idsOf)
+    if (ids.length > 1)
+      violations.push(`purchase request ${subject} delivered with webhook-ids ${ids.join(', ')}`)
+  onceEach('mails received', queued, mailIds)
+  if (deliveries.length !== receiver.received.length)
+    violations.push(
+      `${receiver.received.length - deliveries.length} webhook deliveries elsewhere than ${options.path}`,
+    )
+  if (webhookIds.size !== deliveries.length)
+    violations.push(`${deliveries.length} webhook deliveries with ${webhookIds.size} distinct webhook-ids`)
+  const types = new Set(bodies.map((body) => body.type))
+  if ([...types].some((type) => type !== 'purchase_request.created'))
+    violations.push(`webhook deliveries of types ${[...types].join(', ')}`)
+  const elsewhere = smtp.received.filter((raw) => !raw.toString('utf8').includes(options.email)).length
+  if (elsewhere > 0) violations.push(`${elsewhere} mails not to ${options.email}`)
+
+  return {
+    summary:
+      `${creates} creations answered, ${rows.length} rows, ${deliveries.length} webhook deliveries ` +
+      `(${webhookIds.size} webhook-ids); ${resets} reset requests answered, ${queued.length} mails queued, ` +
+      `${smtp.received.length} received (${new Set(mailIds).size} Message-IDs); drained ${waited} ms after the load`,
+    violations,
+  }
 }
