@@ -95,8 +95,8 @@ function eventOf(row: Selectable<AuditEventTable>): UnchainedEvent {
 /**
  * Gives events their places (sequence, key, hashes) and moves their chains' heads to `heads`, in one
  * statement, with `alongside` (a data-modifying statement of the caller's, such as queueing webhook
- * messages) as one more part. Returns how many events it linked: fewer than given means one was
- * chained meanwhile, and the caller must roll back.
+ * messages) as one more part. Returns how many events it linked: under the heads' locks that is all
+ * of them, and fewer means something else linked one (a bug): the caller rolls back.
  */
 export async function linkEvents(
   trx: Tx,

@@ -13,6 +13,25 @@ import { envOf } from '../helpers/service-process.ts'
 
 export const PASSWORD = 'deployed-bench-password-0123'
 
+/**
+ * The instances' configuration of the deployed bench and soak: cheap password hashing and no login
+ * or refresh limits (their load signs in every minute), the default pool of 10 per instance
+ * (PgBouncer, not the instances, bounds what PostgreSQL sees), and a fresh JWT secret per run.
+ */
+export function deployedConfig(extra: ConfigSource = {}): ConfigSource {
+  return {
+    'platform.profile': 'test',
+    'platform.auth.jwt.secret': randomBytes(32).toString('base64'),
+    'platform.auth.cookie.secure': 'false',
+    'platform.auth.password.hash-memory-kib': '1024',
+    'platform.auth.password.hash-iterations': '1',
+    'platform.auth.rate-limit.login-per-minute': '100000',
+    'platform.auth.rate-limit.refresh-per-minute': '100000',
+    'platform.datasource.pool-size': '10',
+    ...extra,
+  }
+}
+
 export function benchServer(script: string): string {
   const server = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL
   if (!server) {

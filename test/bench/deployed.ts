@@ -7,11 +7,16 @@
 // database (pg_stat_activity, sampled every 250 ms: the most at once, and the most running a
 // statement) beside PgBouncer's own view (SHOW POOLS, sampled every second: the most client
 // connections, server connections, and clients waiting for one).
-import { randomBytes } from 'node:crypto'
 import pg from 'pg'
-import type { ConfigSource } from '../../src/config.ts'
 import { startDeployment } from '../helpers/deployment.ts'
-import { benchServer, mixedLoad, percentile, seededDatabase, signInAll } from './deployed-common.ts'
+import {
+  benchServer,
+  deployedConfig,
+  mixedLoad,
+  percentile,
+  seededDatabase,
+  signInAll,
+} from './deployed-common.ts'
 
 const server = benchServer('npm run bench:deployed')
 const duration = Number(process.env.BENCH_DURATION ?? 10)
@@ -19,17 +24,7 @@ const connections = Number(process.env.BENCH_CONNECTIONS ?? 24)
 const INSTANCES = [1, 3]
 const BOUNCER_POOL = 10
 
-const config: ConfigSource = {
-  'platform.profile': 'test',
-  'platform.auth.jwt.secret': randomBytes(32).toString('base64'),
-  'platform.auth.cookie.secure': 'false',
-  'platform.auth.password.hash-memory-kib': '1024',
-  'platform.auth.password.hash-iterations': '1',
-  'platform.auth.rate-limit.login-per-minute': '100000',
-  'platform.auth.rate-limit.refresh-per-minute': '100000',
-  // The default pool of an instance: PgBouncer, not it, bounds what PostgreSQL sees.
-  'platform.datasource.pool-size': '10',
-}
+const config = deployedConfig()
 
 const database = await seededDatabase(server, 'platform_bench_deployed', config, 3, 2)
 const databaseName = new URL(database.url).pathname.slice(1)

@@ -13,13 +13,18 @@
 // autovacuum off (this project's CI machines) the soak does autovacuum's job between minutes, on its
 // own database (`VACUUM (ANALYZE)`), and says so, as `npm run soak` does: without it the dead rows of
 // the audit chainer's updates pile up in the unchained events' index and the load slows minute by minute.
-import { randomBytes } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import pg from 'pg'
-import type { ConfigSource } from '../../src/config.ts'
 import { startDeployment } from '../helpers/deployment.ts'
 import { type LoggedRequest, requestLog } from '../helpers/haproxy.ts'
-import { benchServer, mixedLoad, percentile, seededDatabase, signInAll } from './deployed-common.ts'
+import {
+  benchServer,
+  deployedConfig,
+  mixedLoad,
+  percentile,
+  seededDatabase,
+  signInAll,
+} from './deployed-common.ts'
 
 const MINUTES = Number(process.env.SOAK_MINUTES ?? 60)
 const CONNECTIONS = Number(process.env.SOAK_CONNECTIONS ?? 12)
@@ -44,17 +49,7 @@ interface Minute {
   byInstance: Map<string, InstanceMinute>
 }
 
-const config: ConfigSource = {
-  'platform.profile': 'test',
-  'platform.auth.jwt.secret': randomBytes(32).toString('base64'),
-  'platform.auth.cookie.secure': 'false',
-  'platform.auth.password.hash-memory-kib': '1024',
-  'platform.auth.password.hash-iterations': '1',
-  'platform.auth.rate-limit.login-per-minute': '100000',
-  'platform.auth.rate-limit.refresh-per-minute': '100000',
-  'platform.datasource.pool-size': '10',
-  'platform.server.drain-delay': '3s',
-}
+const config = deployedConfig({ 'platform.server.drain-delay': '3s' })
 
 const database = await seededDatabase(server, 'platform_soak_deployed', config, 3, 2)
 let current: Minute | undefined
