@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { RawBuilder } from 'kysely'
 import type { Clock } from '../clock.ts'
 import { currentRequestOrigin } from '../context.ts'
-import { afterCommit } from '../db/database.ts'
+import { afterCommit } from '../db/after-commit.ts'
 import type { Executor, Tx } from '../db/schema.ts'
 import type { Principal } from '../principal.ts'
 import {

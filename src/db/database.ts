@@ -5,6 +5,7 @@ import { Kysely, type PGlite as KyselyPGlite, PGliteDialect, PostgresDialect, sq
 import pg from 'pg'
 import { type Config, ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
+import { abandoned, committed } from './after-commit.ts'
 import { EmbeddedDatabaseBusyError, holderAddress, serveHeld, tryLock, unlock } from './embedded-holder.ts'
 import { FifoLock } from './fifo-lock.ts'
 import { listenReaches, postgresNotifications } from './notifications.ts'
@@ -288,27 +289,6 @@ const backoff = (attempt: number) =>
  */
 export type AlongWith<T> = (trx: Tx, result: T) => Promise<void>
 
-const afterCommitHooks = new WeakMap<Tx, (() => void)[]>()
-
-/**
- * Runs `hook` once the unit of work `trx` belongs to has committed (not at all if it rolls back, or
- * if `trx` is not one that inTransaction runs). For nudging work that reads what the transaction
- * wrote, such as the audit chainer; the hook must not throw and must not need to run (whatever it
- * starts is found again by a sweep).
- */
-export function afterCommit(trx: Tx, hook: () => void): void {
-  const hooks = afterCommitHooks.get(trx)
-  if (hooks) hooks.push(hook)
-  else afterCommitHooks.set(trx, [hook])
-}
-
-function runAfterCommit(trx: Tx): void {
-  const hooks = afterCommitHooks.get(trx)
-  if (!hooks) return
-  afterCommitHooks.delete(trx)
-  for (const hook of hooks) hook()
-}
-
 /**
  * The one way to run a unit of work atomically. Repositories take the transaction as their first
  * argument; functions that must run inside one take `Tx`, so calling them outside does not type-check.
@@ -328,10 +308,10 @@ export async function inTransaction<T>(db: Kysely<Database>, work: (trx: Tx) => 
         committing = trx
         return done
       })
-      if (committing) runAfterCommit(committing)
+      if (committing) committed(committing, db)
       return result
     } catch (error) {
-      if (committing) afterCommitHooks.delete(committing)
+      if (committing) abandoned(committing)
       if (!isRetryableTransactionError(error)) throw error
       if (attempt >= TRANSACTION_ATTEMPTS) {
         throw new AppError(

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto'
-import { sql } from 'kysely'
+import { type Kysely, sql } from 'kysely'
 import pg from 'pg'
-import type { Tx } from './schema.ts'
+import { afterCommit } from './after-commit.ts'
+import type { Database, Tx } from './schema.ts'
 
 // Change notifications between instances on one database: NOTIFY inside the writing
 // transaction, LISTEN on a connection of its own. `DatabaseHandle.listen` (database.ts) is the
@@ -16,10 +17,41 @@ export const LISTEN_RESET = '\u0000reset'
 
 /**
  * Sends a notification from inside a transaction: listeners receive it when, and only if, the
- * transaction commits, so nobody hears of a change before it can be read.
+ * transaction commits, so nobody hears of a change before it can be read. This process's own
+ * listeners on the same database (subscribed through `echoing`) are told as soon as the commit
+ * returns, before the change is answered, so an instance reads its own writes without waiting for
+ * its LISTEN connection; they hear the same payload again when that connection delivers it, so a
+ * listener must take a notification twice as it takes it once (drop a cache entry, not count).
  */
 export async function notify(trx: Tx, channel: string, payload: string): Promise<void> {
+  afterCommit(trx, (db) => {
+    const subscribers = inProcess.get(db)?.get(channel)
+    if (subscribers) for (const subscriber of subscribers) subscriber(payload)
+  })
   await sql`select pg_notify(${channel}, ${payload})`.execute(trx)
+}
+
+/** This process's subscribers by database and channel, told of `notify` at commit. */
+const inProcess = new WeakMap<Kysely<Database>, Map<string, Set<Subscriber>>>()
+
+/**
+ * `listen` on `db`, whose subscribers also hear what this process notifies on `db` as soon as its
+ * transaction commits (see `notify`), besides everything the LISTEN connection delivers.
+ */
+export function echoing(db: Kysely<Database>, listen: Listen): Listen {
+  return async (channel, onMessage) => {
+    const stop = await listen(channel, onMessage)
+    const channels = inProcess.get(db) ?? new Map<string, Set<Subscriber>>()
+    inProcess.set(db, channels)
+    const subscribers = channels.get(channel) ?? new Set<Subscriber>()
+    channels.set(channel, subscribers)
+    subscribers.add(onMessage)
+    return async () => {
+      subscribers.delete(onMessage)
+      if (subscribers.size === 0 && channels.get(channel) === subscribers) channels.delete(channel)
+      await stop()
+    }
+  }
 }
 
 const quoteIdent = (name: string) => `"${name.replaceAll('"', '""')}"`

@@ -1,6 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { DatabaseHandle } from '../db/database.ts'
-import { afterCommit } from '../db/database.ts'
 import { LISTEN_LOST, LISTEN_RESET, notify } from '../db/notifications.ts'
 import type { Tx } from '../db/schema.ts'
 import { isUuid } from '../uuid.ts'
@@ -12,8 +11,8 @@ import { isUuid } from '../uuid.ts'
 // caches still expire on their own (`platform.auth.revocation.fallback-ttl`), which bounds how
 // stale an instance can be while its LISTEN connection is down; they are emptied when it is lost
 // and again when it is back. The instance that makes the change does not wait for its own
-// notification: once the transaction commits, its listeners are told directly (before the change is
-// answered), so a request right after the answer is refused there too.
+// notification: `notify` tells its listeners once the transaction commits, before the change is
+// answered, so a request right after the answer is refused there too.
 
 export const REVOCATION_CHANNEL = 'platform_revocation'
 
@@ -27,14 +26,8 @@ export type Revocation =
 
 const value = (revocation: Revocation) => (revocation.kind === 'api_key' ? revocation.keyHash : revocation.id)
 
-/** The listeners of this process's instances, told of a revocation made here once it commits. */
-const inProcess = new Set<readonly RevocationListener[]>()
-
 /** Announces a revocation from inside the transaction that makes it. */
 export function publishRevocation(trx: Tx, revocation: Revocation): Promise<void> {
-  afterCommit(trx, () => {
-    for (const listeners of inProcess) for (const listener of listeners) listener.revoked(revocation)
-  })
   return notify(trx, REVOCATION_CHANNEL, `${revocation.kind}:${value(revocation)}`)
 }
 
@@ -67,8 +60,7 @@ export function listenForRevocations(
   listeners: readonly RevocationListener[],
   log: Pick<FastifyBaseLogger, 'info' | 'warn'>,
 ): Promise<() => Promise<void>> {
-  inProcess.add(listeners)
-  const unlisten = listen(REVOCATION_CHANNEL, (payload) => {
+  return listen(REVOCATION_CHANNEL, (payload) => {
     if (payload === LISTEN_LOST || payload === LISTEN_RESET) {
       for (const listener of listeners) listener.clear()
       if (payload === LISTEN_LOST) log.warn('revocation notifications lost; credential caches cleared')
@@ -78,14 +70,4 @@ export function listenForRevocations(
     const revocation = parseRevocation(payload)
     if (revocation) for (const listener of listeners) listener.revoked(revocation)
   })
-  return unlisten.then(
-    (stop) => async () => {
-      inProcess.delete(listeners)
-      await stop()
-    },
-    (error: unknown) => {
-      inProcess.delete(listeners)
-      throw error
-    },
-  )
 }

@@ -166,8 +166,6 @@ export class OrganizationConfig {
         await this.#changed(trx, principal, organizationId, key, 'set')
         return stored
       })
-      // Our own notification arrives later: drop now, so this instance reads its writes.
-      this.#invalidate(organizationId)
       return toEntry(row)
     } catch (error) {
       if (isForeignKeyViolation(error)) throw new AppError('NOT_FOUND', 'No such organization')
@@ -188,7 +186,6 @@ export class OrganizationConfig {
       }
       return found
     })
-    if (deleted) this.#invalidate(organizationId)
     return deleted
   }
 
