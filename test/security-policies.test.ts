@@ -160,6 +160,44 @@ describe('security.ip-allowlist', () => {
     expect((await sessions(stranger)).statusCode).toBe(200)
   })
 
+  it("refuses its members' sign-ins and refreshes from elsewhere, and ends a session refreshed there", async () => {
+    const user = await newUser(t.app, { organizationId })
+    const loginFrom = (ip?: string, password = user.password) =>
+      t.app.inject({
+        method: 'POST',
+        url: '/api/auth/login',
+        payload: { username: user.email, password },
+        ...(ip ? { remoteAddress: ip } : {}),
+      })
+    const refreshFrom = (session: Session, ip?: string) =>
+      t.app.inject({
+        method: 'POST',
+        url: '/api/auth/refresh',
+        cookies: { refresh_token: session.refresh },
+        ...(ip ? { remoteAddress: ip } : {}),
+      })
+    const cookie = (res: Awaited<ReturnType<typeof loginFrom>>, name: string) =>
+      res.cookies.find((c) => c.name === name)
+
+    // The credentials are proved first: a wrong password from elsewhere is refused as anywhere.
+    expectProblem(await loginFrom(undefined, `${user.password}-wrong`), 401, 'INVALID_CREDENTIALS')
+    const refused = await loginFrom()
+    expectProblem(refused, 403, 'IP_NOT_ALLOWED')
+    expect(cookie(refused, 'refresh_token')).toBeUndefined()
+    expect(cookie(refused, 'access_token')).toBeUndefined()
+
+    const session = sessionOf(await loginFrom(OFFICE))
+    const kept = sessionOf(await refreshFrom(session, OFFICE))
+    const away = await refreshFrom(kept)
+    expectProblem(away, 403, 'IP_NOT_ALLOWED')
+    expect(cookie(away, 'refresh_token')?.value).toBe('')
+    // The session is over, back at the office too.
+    expect((await refreshFrom(kept, OFFICE)).statusCode).toBe(401)
+    const again = sessionOf(await loginFrom(OFFICE))
+    const listed = (await sessions(again, OFFICE)).json() as { sessionId: string }[]
+    expect(listed.map((item) => item.sessionId)).not.toContain(kept.sessionId)
+  })
+
   it('judges the address trust-proxy decides: a forwarded address only from a trusted proxy', async () => {
     const forwarded = { 'x-forwarded-for': OFFICE }
     // trust-proxy off: the header is the client's word, the connection's address counts.

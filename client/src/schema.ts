@@ -508,7 +508,7 @@ export interface paths {
         put?: never;
         /**
          * Rotate the refresh token and issue a new access token; restores the session at start-up
-         * @description Each refresh token is single use. Presenting a rotated token again revokes its whole session (401 REFRESH_TOKEN_REUSED), unless platform.auth.refresh.reuse-grace is set, the token was rotated within it and its successor has not been used: then it gets a new successor. Clients serialise refreshes.
+         * @description Each refresh token is single use. Presenting a rotated token again revokes its whole session (401 REFRESH_TOKEN_REUSED), unless platform.auth.refresh.reuse-grace is set, the token was rotated within it and its successor has not been used: then it gets a new successor. Clients serialise refreshes. A session refreshed later than its organization's security.session-max-age after its sign-in is revoked (401 REFRESH_TOKEN_INVALID); one refreshed from outside its security.ip-allowlist is revoked (403 IP_NOT_ALLOWED).
          */
         post: operations["refresh"];
         delete?: never;
@@ -4305,6 +4305,15 @@ export interface operations {
             };
             /** @description Authentication required or failed */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not allowed */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -204,6 +204,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     events,
     versions: sessionVersions,
     sessionMaxAge: (organizationId) => securityPolicies.sessionMaxAge(organizationId),
+    admitAddress: (organizationId, ip) => securityPolicies.admitAddress(organizationId, ip),
     // Bound below, once the organization configuration it reads exists.
     signInPolicy: (user, method, context) => ssoRequired(user, method, context),
   })

@@ -225,8 +225,7 @@ export class SecurityPolicies implements RevocationListener {
     if (principal.organizationId === null) return
     const policy = await this.#policy(principal.organizationId)
     if (policy === NO_POLICY) return
-    if (policy.allowlist && !allows(policy.allowlist, ip))
-      throw new AppError('IP_NOT_ALLOWED', 'Your organization does not allow requests from this address')
+    if (policy.allowlist && !allows(policy.allowlist, ip)) throw notAllowed()
     if (
       policy.mfaFrom !== null &&
       principal.type === 'USER' &&
@@ -248,6 +247,16 @@ export class SecurityPolicies implements RevocationListener {
     const has = await this.#deps.hasSecondFactor(userId)
     if (has) this.#factors.setIfCurrent(token, userId, { has: true })
     return has
+  }
+
+  /**
+   * Refuses a sign-in to, or a refresh of a session of, the organization from outside its IP
+   * allowlist (403 IP_NOT_ALLOWED): a session started or kept there could not be used anyway. An
+   * unknown address is outside every list.
+   */
+  async admitAddress(organizationId: string, ip: string | null): Promise<void> {
+    const { allowlist } = await this.#policy(organizationId)
+    if (allowlist && (ip === null || !allows(allowlist, ip))) throw notAllowed()
   }
 
   /** The organization's `security.session-max-age` in seconds, or null. */
@@ -278,3 +287,6 @@ export class SecurityPolicies implements RevocationListener {
     this.#factors.clear()
   }
 }
+
+const notAllowed = () =>
+  new AppError('IP_NOT_ALLOWED', 'Your organization does not allow requests from this address')

@@ -77,8 +77,10 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
           'Each refresh token is single use. Presenting a rotated token again revokes its whole session ' +
           '(401 REFRESH_TOKEN_REUSED), unless platform.auth.refresh.reuse-grace is set, the token was ' +
           'rotated within it and its successor has not been used: then it gets a new successor. ' +
-          'Clients serialise refreshes.',
-        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 429, 503) },
+          "Clients serialise refreshes. A session refreshed later than its organization's " +
+          'security.session-max-age after its sign-in is revoked (401 REFRESH_TOKEN_INVALID); one ' +
+          'refreshed from outside its security.ip-allowlist is revoked (403 IP_NOT_ALLOWED).',
+        response: { 200: withSessionCookies(SessionResponse), ...problemResponses(401, 403, 429, 503) },
       },
     },
     async (request, reply) => {
@@ -86,11 +88,14 @@ const authRoutes: FastifyPluginAsyncTypebox = async (app) => {
         const session = await app.services.sessions.refresh(
           request.cookies[refreshCookie],
           statementLimits(request, config),
+          request.ip,
         )
         setSessionCookies(reply, config, session, clock.now())
         return sessionResponse(session)
       } catch (error) {
-        if (error instanceof AppError && error.status === 401) clearSessionCookies(reply, config)
+        // The session is over: its cookies are of no use any more.
+        if (error instanceof AppError && (error.status === 401 || error.code === 'IP_NOT_ALLOWED'))
+          clearSessionCookies(reply, config)
         throw error
       }
     },

@@ -93,6 +93,11 @@ export interface SessionServiceDeps {
   sessionMaxAge?: (organizationId: string) => Promise<number | null>
   /** Checked before every session starts (organization SSO enforcement); none: every sign-in passes. */
   signInPolicy?: SignInPolicy | undefined
+  /**
+   * Refuses (throws) a sign-in to, or a refresh of a session of, the organization from the address
+   * (`security.ip-allowlist`).
+   */
+  admitAddress?: (organizationId: string, ip: string | null) => Promise<void>
 }
 
 /** A session made in a caller's transaction, whose tokens are issued once that commits (`issue`). */
@@ -160,6 +165,7 @@ export class SessionService {
   ): Promise<IssuedSession> {
     const { db, clock, config } = this.#deps
     await this.#deps.signInPolicy?.(user, signInMethod, context)
+    await this.#deps.admitAddress?.(user.organizationId, client.ipAddress)
     const now = clock.now()
     const refresh = newOpaqueToken()
     const expiresAt = addSeconds(now, config.auth.session.absoluteTtl)
@@ -297,17 +303,36 @@ export class SessionService {
   }
 
   /**
-   * The organization's `security.session-max-age`: a session refreshed longer than that after its
-   * sign-in is revoked and the refresh refused (401 REFRESH_TOKEN_INVALID).
+   * The organization's policies on a session just rotated. Refreshed longer than its
+   * `security.session-max-age` after its sign-in, the session is revoked and the refresh refused (401
+   * REFRESH_TOKEN_INVALID); refreshed from outside its `security.ip-allowlist`, the session is
+   * revoked and the refresh refused with the allowlist's refusal (403 IP_NOT_ALLOWED). Its token
+   * has rotated, so a refused session could not be refreshed again anyway: revoking says so in its
+   * listing and in the audit trail, and ends it at once on every instance.
    */
-  async #withinMaxAge(session: SessionRow, now: Date): Promise<void> {
+  async #withinPolicy(session: SessionRow, now: Date, ip: string | null): Promise<void> {
     const maxAge = await this.#deps.sessionMaxAge?.(session.organization_id)
-    if (maxAge == null || now.getTime() - session.created_at.getTime() <= maxAge * 1000) return
-    await inTransaction(this.#deps.db, async (trx) => {
-      const revoked = await revokeSessions(trx, { sessionId: session.id }, now, 'session_max_age')
-      if (revoked.length > 0) await this.#sessionRevoked(trx, session, 'session_max_age')
+    if (maxAge != null && now.getTime() - session.created_at.getTime() > maxAge * 1000) {
+      await this.#revokeByPolicy(session, now, 'session_max_age')
+      throw new AppError('REFRESH_TOKEN_INVALID', "The session is older than the organization's maximum age")
+    }
+    try {
+      await this.#deps.admitAddress?.(session.organization_id, ip)
+    } catch (refusal) {
+      await this.#revokeByPolicy(session, now, 'ip_not_allowed')
+      throw refusal
+    }
+  }
+
+  #revokeByPolicy(
+    session: SessionRow,
+    now: Date,
+    reason: 'session_max_age' | 'ip_not_allowed',
+  ): Promise<void> {
+    return inTransaction(this.#deps.db, async (trx) => {
+      const revoked = await revokeSessions(trx, { sessionId: session.id }, now, reason)
+      if (revoked.length > 0) await this.#sessionRevoked(trx, session, reason)
     })
-    throw new AppError('REFRESH_TOKEN_INVALID', "The session is older than the organization's maximum age")
   }
 
   async #issued(session: SessionRow, rawRefresh: string, refreshExpiresAt: Date): Promise<IssuedSession> {
@@ -327,7 +352,11 @@ export class SessionService {
    * rotation's statement, whatever the token, and an exceeded one answers 429 RATE_LIMITED with
    * nothing rotated.
    */
-  async refresh(rawToken: string | undefined, rateLimits: StatementLimits): Promise<IssuedSession> {
+  async refresh(
+    rawToken: string | undefined,
+    rateLimits: StatementLimits,
+    ip: string | null,
+  ): Promise<IssuedSession> {
     if (!rawToken && rateLimits.none) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
     const { db, clock } = this.#deps
     const now = clock.now()
@@ -346,7 +375,7 @@ export class SessionService {
     )
     limits.check(rotated.rateCounts)
     if (rotated.session) {
-      await this.#withinMaxAge(rotated.session, now)
+      await this.#withinPolicy(rotated.session, now, ip)
       return this.#issued(rotated.session, next.raw, rotated.session.refresh_expires_at)
     }
     if (tokenHash === null) throw new AppError('REFRESH_TOKEN_INVALID', 'No refresh token')
@@ -363,7 +392,7 @@ export class SessionService {
         }),
       )
       if (session) {
-        await this.#withinMaxAge(session, now)
+        await this.#withinPolicy(session, now, ip)
         return this.#issued(session, next.raw, session.refresh_expires_at)
       }
       if (candidates === 0) break
