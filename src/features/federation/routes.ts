@@ -129,7 +129,9 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
           'account has the address and sign-up is off. 409 IDENTITY_NOT_LINKED: an account has the address, but this ' +
           'identity is not linked to it (link it while signed in). 403 ACCESS_DENIED: a link flow finishing outside ' +
           'the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds. ' +
-          '404 NOT_FOUND: the provider the flow was started for is no longer configured.',
+          '404 NOT_FOUND: the provider the flow was started for is no longer configured. 403 SSO_REQUIRED: the ' +
+          "organization's security.sso-required refuses a sign-in through a provider that is not its own " +
+          "connection. 403 IP_NOT_ALLOWED: the organization's security.ip-allowlist leaves out this address.",
         querystring: CallbackQuery,
         response: {
           302: Redirect('To the frontend'),
