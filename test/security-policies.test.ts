@@ -196,6 +196,39 @@ describe('security.ip-allowlist', () => {
     const again = sessionOf(await loginFrom(OFFICE))
     const listed = (await sessions(again, OFFICE)).json() as { sessionId: string }[]
     expect(listed.map((item) => item.sessionId)).not.toContain(kept.sessionId)
+
+    // Both refusals are in the organization's audit trail, told apart from a wrong password.
+    const events = await t.app.db
+      .selectFrom('audit_events')
+      .select(['type', 'actor_type', 'subject_type', 'subject_id', 'data'])
+      .where('organization_id', '=', organizationId)
+      .where((eb) => eb.or([eb('subject_id', '=', user.id), eb('subject_id', '=', kept.sessionId)]))
+      .where('type', 'in', ['sign_in.failed', 'session.revoked'])
+      .orderBy('position')
+      .execute()
+    expect(events).toEqual([
+      {
+        type: 'sign_in.failed',
+        actor_type: 'system',
+        subject_type: 'user',
+        subject_id: user.id,
+        data: { reason: 'password' },
+      },
+      {
+        type: 'sign_in.failed',
+        actor_type: 'system',
+        subject_type: 'user',
+        subject_id: user.id,
+        data: { method: 'password', reason: 'IP_NOT_ALLOWED' },
+      },
+      {
+        type: 'session.revoked',
+        actor_type: 'system',
+        subject_type: 'session',
+        subject_id: kept.sessionId,
+        data: { reason: 'ip_not_allowed' },
+      },
+    ])
   })
 
   it('judges the address trust-proxy decides: a forwarded address only from a trusted proxy', async () => {

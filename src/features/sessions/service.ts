@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely'
-import type { AuditTrail } from '../../audit/index.ts'
+import type { AuditActor, AuditTrail } from '../../audit/index.ts'
 import type { Clock } from '../../clock.ts'
 import type { Config } from '../../config.ts'
 import { inTransaction } from '../../db/database.ts'
@@ -164,8 +164,13 @@ export class SessionService {
     context: SignInContext = { organizationConnection: false },
   ): Promise<IssuedSession> {
     const { db, clock, config } = this.#deps
-    await this.#deps.signInPolicy?.(user, signInMethod, context)
-    await this.#deps.admitAddress?.(user.organizationId, client.ipAddress)
+    try {
+      await this.#deps.signInPolicy?.(user, signInMethod, context)
+      await this.#deps.admitAddress?.(user.organizationId, client.ipAddress)
+    } catch (refusal) {
+      if (refusal instanceof AppError) await this.#refusedByPolicy(user, signInMethod, refusal.code)
+      throw refusal
+    }
     const now = clock.now()
     const refresh = newOpaqueToken()
     const expiresAt = addSeconds(now, config.auth.session.absoluteTtl)
@@ -192,6 +197,23 @@ export class SessionService {
       return started
     })
     return this.#issued(session, refresh.raw, this.#refreshExpiry(now, session.expires_at))
+  }
+
+  /** The audit event of a sign-in whose credentials were proved but which a policy refused. */
+  #refusedByPolicy(
+    user: { userId: string; organizationId: string },
+    method: SignInMethod,
+    code: string,
+  ): Promise<void> {
+    return inTransaction(this.#deps.db, (trx) =>
+      this.#deps.audit.record(trx, {
+        type: 'sign_in.failed',
+        organizationId: user.organizationId,
+        actor: { type: 'system', id: null },
+        subject: { type: 'user', id: user.userId },
+        data: { method, reason: code },
+      }),
+    )
   }
 
   #refreshExpiry(now: Date, sessionExpiresAt: Date): Date {
@@ -331,7 +353,7 @@ export class SessionService {
   ): Promise<void> {
     return inTransaction(this.#deps.db, async (trx) => {
       const revoked = await revokeSessions(trx, { sessionId: session.id }, now, reason)
-      if (revoked.length > 0) await this.#sessionRevoked(trx, session, reason)
+      if (revoked.length > 0) await this.#sessionRevoked(trx, session, reason, { type: 'system', id: null })
     })
   }
 
@@ -470,11 +492,16 @@ export class SessionService {
     await events.publish('UserSessionsRevokedEvent', { userId, reason: 'logout_all' })
   }
 
-  #sessionRevoked(trx: Tx, session: SessionRow, reason: string): Promise<void> {
+  #sessionRevoked(
+    trx: Tx,
+    session: SessionRow,
+    reason: string,
+    actor: AuditActor = { type: 'user', id: session.user_id },
+  ): Promise<void> {
     return this.#deps.audit.record(trx, {
       type: 'session.revoked',
       organizationId: session.organization_id,
-      actor: { type: 'user', id: session.user_id },
+      actor,
       subject: { type: 'session', id: session.id },
       data: { reason },
     })
