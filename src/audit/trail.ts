@@ -18,6 +18,7 @@ import {
   countUnchained,
   eventInsertion,
   type LinkedEvent,
+  lockChainHeads,
   type UnchainedEvent,
 } from './repository.ts'
 
@@ -105,6 +106,17 @@ export class AuditTrail {
 
   get keys(): ChainKeys {
     return this.#keys
+  }
+
+  /**
+   * Holds the organization's chain until `trx` ends: no chainer chains its events meanwhile, and
+   * what a chainer does next reads what `trx` committed. For a change that decides which of the
+   * events written from now on something receives (a webhook endpoint noting the position it starts
+   * after): an event written after the change could otherwise be chained, and fanned out, before the
+   * change commits, and so miss it.
+   */
+  async holdChain(trx: Tx, organizationId: string): Promise<void> {
+    await lockChainHeads(trx, [chainOf(organizationId)])
   }
 
   async record(trx: Tx, input: AuditEventInput): Promise<void> {

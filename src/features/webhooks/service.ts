@@ -127,6 +127,9 @@ export class Webhooks {
           'WEBHOOK_LIMIT_REACHED',
           `An organization has at most ${WEBHOOK_ENDPOINT_LIMIT} webhook endpoints`,
         )
+      // It gets the events written after the position it notes (webhookFanOut): none of them may
+      // be fanned out before it commits.
+      await this.#audit.holdChain(trx, tenant.organizationId)
       // Its own creation is not among its messages (webhookFanOut).
       const id = randomUUID()
       await this.#recorded(trx, principal, tenant, 'webhook.created', id, { host: new URL(url).host })
