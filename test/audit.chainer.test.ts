@@ -1,7 +1,10 @@
-import { describe, expect, it } from 'vitest'
+import type { Static } from '@sinclair/typebox'
+import { describe, expect, it, onTestFinished } from 'vitest'
+import { ChainVerifier } from '../src/audit/chain.ts'
 import { type AuditTrail, verifyStoredChain } from '../src/audit/index.ts'
 import { inTransaction } from '../src/db/database.ts'
 import type { Tx } from '../src/db/schema.ts'
+import type { AuditEvent } from '../src/features/audit-events/schemas.ts'
 import { ACCOUNT_TEST_CONFIG, asUser, newActor, newOrganization } from './helpers/accounts.ts'
 import { type TestApp, useTestApp, useTestAppBeside } from './helpers/app.ts'
 import { usingPostgres } from './helpers/database.ts'
@@ -42,6 +45,37 @@ async function chained(organizationId: string) {
 
 const verify = (organizationId: string) =>
   verifyStoredChain(t.app.db, t.app.services.audit.keys, organizationId)
+
+/**
+ * Stops both instances' chainers (their sweeps; nudges are ignored) until the test finishes, so
+ * what is written stays unchained until a reader settles its chain.
+ */
+async function chainersStopped(): Promise<void> {
+  const chainers = [t, other].map((app) => app.app.services.auditChainer)
+  await Promise.all(chainers.map((chainer) => chainer.stop()))
+  onTestFinished(() => {
+    for (const chainer of chainers) chainer.start()
+  })
+}
+
+/**
+ * An exported line as the chain verifier reads an event: of the organization's chain, hashed with
+ * the current key (the export names no key).
+ */
+const exportedEvent = (organizationId: string, line: Static<typeof AuditEvent>) => {
+  const { actor, subject, occurredAt, ...rest } = line
+  return {
+    ...rest,
+    chain: organizationId,
+    organizationId,
+    occurredAt: new Date(occurredAt),
+    actorType: actor.type,
+    actorId: actor.id,
+    subjectType: subject?.type ?? null,
+    subjectId: subject?.id ?? null,
+    keyId: t.app.services.audit.keys.currentId,
+  }
+}
 
 /** A transaction held open after recording `n`, until `commit()`. */
 function openWriter(audit: AuditTrail, organizationId: string, n: number) {
@@ -151,5 +185,35 @@ describe('chaining off the request path', () => {
     const [listed] = res.json().items
     expect(listed.sequence).toBe(res.json().head.sequence)
     expect(await verify(organizationId)).toMatchObject({ ok: true, unchained: 0 })
+  })
+
+  it('exports an event committed just before, unchained until the export, with its sequence and hashes, and the export verifies', async () => {
+    const admin = await newActor(t.app, { role: 'admin' })
+    const organizationId = admin.user.organizationId
+    await chainersStopped()
+    // Committed without a nudge, and no sweep runs: only the export's own settling can chain it.
+    await t.app.db.transaction().execute((trx) => t.app.services.audit.record(trx, event(organizationId, 9)))
+    expect((await verify(organizationId)).unchained).toBeGreaterThanOrEqual(1)
+    const res = await asUser(other.app, admin.session, { method: 'GET', url: '/api/audit-events/export' })
+    expect(res.statusCode).toBe(200)
+    const lines = res.body
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line))
+    const last = lines.at(-1)
+    expect(last).toMatchObject({ type: 'test.event', data: { n: 9 } })
+    expect(last.sequence).toBe(lines.length)
+    expect(last.hash).toMatch(/^[0-9a-f]{64}$/)
+    expect(res.headers['x-audit-head']).toBe(`${last.sequence}:${last.hash}`)
+    // The whole export, fed to the verifier from the chain's first event: numbered without a gap,
+    // each line chained to the one before, each hash recomputed.
+    const verifier = new ChainVerifier(t.app.services.audit.keys)
+    for (const line of lines) verifier.check(exportedEvent(organizationId, line))
+    expect(verifier.result).toEqual({
+      ok: true,
+      events: lines.length,
+      head: { sequence: last.sequence, hash: last.hash },
+    })
+    expect(await verify(organizationId)).toMatchObject({ ok: true, events: lines.length, unchained: 0 })
   })
 })

@@ -1,6 +1,6 @@
 import type { LightMyRequestResponse } from 'fastify'
 import { type Selectable, sql } from 'kysely'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, onTestFinished } from 'vitest'
 import { ChainKeys, verifyStoredChain } from '../src/audit/index.ts'
 import { inTransaction } from '../src/db/database.ts'
 import type { AuditEventTable } from '../src/db/schema.ts'
@@ -296,6 +296,40 @@ describe('the chain', () => {
       .execute()
     expect(left.map((row) => row.sequence)).toEqual(['4', '5'])
     expect(await verify(chain)).toMatchObject({ ok: true, events: 2, head: { sequence: 5 } })
+  })
+
+  it('keeps an old event that is not chained yet while removing the old chained ones, and removes it once chained', async () => {
+    const DAY = 86_400
+    const chain = await chainOf(2)
+    // Its writer committed and nothing chained it yet: the chainer is stopped (no sweep, no nudge).
+    const chainer = t.app.services.auditChainer
+    await chainer.stop()
+    onTestFinished(() => chainer.start())
+    await t.app.db.transaction().execute((trx) =>
+      t.app.services.audit.record(trx, {
+        type: 'test.unchained',
+        organizationId: chain,
+        actor: { type: 'system', id: null },
+      }),
+    )
+    const events = () =>
+      t.app.db
+        .selectFrom('audit_events')
+        .select(['type', 'sequence'])
+        .where('chain', '=', chain)
+        .orderBy('position')
+        .execute()
+    // All three are past the retention (400 days).
+    t.clock.advanceSeconds(401 * DAY)
+    await t.app.housekeeping.runOnce()
+    expect(await events()).toEqual([{ type: 'test.unchained', sequence: null }])
+    // Chained later, after the events before it went: it follows the head, and what is left verifies.
+    await chainer.drain()
+    expect(await events()).toEqual([{ type: 'test.unchained', sequence: '3' }])
+    expect(await verify(chain)).toMatchObject({ ok: true, events: 1, head: { sequence: 3 }, unchained: 0 })
+    // Chained and old, it goes as the others did.
+    await t.app.housekeeping.runOnce()
+    expect(await events()).toEqual([])
   })
 
   it('still verifies what retention leaves, and refuses a key it does not know', async () => {

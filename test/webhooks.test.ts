@@ -1,6 +1,7 @@
 import type { LightMyRequestResponse } from 'fastify'
+import { sql } from 'kysely'
 import { Webhook as StandardWebhook } from 'standardwebhooks'
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest'
 import { inTransaction } from '../src/db/database.ts'
 import {
   ACCOUNT_TEST_CONFIG,
@@ -288,6 +289,37 @@ describe('deliveries', () => {
       .where('organization_id', '=', owner.user.organizationId)
       .execute()
     expect(after).toHaveLength(before.length)
+  })
+
+  it('delivers to an endpoint with no audit position (made by the previous release) each event written after it, once', async () => {
+    const owner = await newActor(t.app, { role: 'admin' })
+    await deliver()
+    // Nothing is chained until the test says so: the chainer neither sweeps nor hears nudges.
+    const chainer = t.app.services.auditChainer
+    await chainer.stop()
+    onTestFinished(() => chainer.start())
+    // Written before the endpoint exists, chained after it does: not for it.
+    await changeConfig(owner, 'feature.before')
+    t.clock.advanceSeconds(1)
+    const { id } = await createWebhook(owner, { url: `${receiver.url}/previous-release`, eventTypes: ['*'] })
+    // The previous release inserts endpoints without a position.
+    await sql`update webhook_endpoints set audit_position = null where id = ${id}`.execute(t.app.db)
+    t.clock.advanceSeconds(1)
+    await changeConfig(owner, 'feature.after.1')
+    await changeConfig(owner, 'feature.after.2')
+    await deliver()
+    // Chaining and delivering again sends nothing twice.
+    await deliver()
+    const requests = receiver.to('/previous-release')
+    const bodies = requests.map(
+      (r) => JSON.parse(r.body) as { type: string; data: { data: { key: string } } },
+    )
+    // Its own creation is not among them either.
+    expect(bodies.map((b) => `${b.type} ${b.data.data.key}`).sort()).toEqual([
+      'organization_config.changed feature.after.1',
+      'organization_config.changed feature.after.2',
+    ])
+    expect(new Set(requests.map((r) => r.headers['webhook-id'])).size).toBe(2)
   })
 
   it('retries a failing delivery with back-off under one webhook-id: 500, 500, 200 are three attempts', async () => {

@@ -1,7 +1,8 @@
 import path from 'node:path'
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { ConfigSource } from '../../src/config.ts'
+import { ChainKeys, verifyStoredChain } from '../../src/audit/index.ts'
+import { auditChainSecrets, type ConfigSource, loadConfig } from '../../src/config.ts'
 import { FAST_LOGIN_CONFIG, PASSWORD } from '../helpers/accounts.ts'
 import { testSecret } from '../helpers/app.ts'
 import { createTestDatabase, type TestDatabase, usingPostgres } from '../helpers/database.ts'
@@ -35,8 +36,9 @@ import { WebhookReceiver } from '../helpers/webhook-receiver.ts'
 // every creation was delivered to the endpoint exactly once and every reset request mailed exactly
 // once, whichever release wrote it and whichever delivered it: the previous release queues a
 // webhook message in the transaction that writes the audit event, this one when its chainer links
-// the event moments after commit (src/audit/chainer.ts). A session ended at the end is refused by
-// every instance.
+// the event moments after commit (src/audit/chainer.ts). Every audit chain then verifies as `audit
+// verify` does, from 1 to its head without a gap, nothing unchained, though both releases appended
+// to it. A session ended at the end is refused by every instance.
 //
 // A previous release that predates platform.datasource.listen-url cannot run behind a transaction
 // pooler (its LISTEN connection would hear nothing, and its migrator's session lock would stay
@@ -56,6 +58,7 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
     let deployment: Deployment
     let oldEnv: Record<string, string>
     let before: string[]
+    let config: ConfigSource
 
     const migrations = async () =>
       (
@@ -64,6 +67,23 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
         )
       ).rows.map((row) => row.name)
 
+    /** Each chain holding events, with its head row and the verification of `audit verify`. */
+    const chainsVerified = async () => {
+      const db = database.handle.db
+      const keys = ChainKeys.derivedFrom(auditChainSecrets(loadConfig(config)))
+      const { rows } = await sql<{ chain: string; sequence: string | null; hash: string | null }>`
+        select e.chain, h.sequence, h.hash
+        from (select distinct chain from audit_events) e left join audit_chain_heads h on h.chain = e.chain
+        order by e.chain`.execute(db)
+      return Promise.all(
+        rows.map(async (row) => ({
+          chain: row.chain,
+          head: { sequence: Number(row.sequence), hash: row.hash },
+          report: await verifyStoredChain(db, keys, row.chain),
+        })),
+      )
+    }
+
     beforeAll(async () => {
       const commit = await previousRelease()
       expect(commit, 'the previous release needs the git history (not a shallow clone)').toBeTruthy()
@@ -71,7 +91,7 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
       database = await createTestDatabase({ migrated: false, poolSize: 1 })
       ;[smtp, receiver] = await Promise.all([SmtpSink.start(), WebhookReceiver.start()])
       const direct = database.url as string
-      const config: ConfigSource = {
+      config = {
         ...FAST_LOGIN_CONFIG,
         'platform.profile': 'test',
         'platform.auth.jwt.secret': testSecret(),
@@ -215,6 +235,19 @@ describe.skipIf(!usingPostgres() || !deploymentInstalled())(
       // Across the chainer's arrival both ways of queueing took part.
       if (!before.includes('0032_audit_chainer'))
         expect(split.writer > 0 && split.chainer > 0, JSON.stringify(split)).toBe(true)
+
+      // Gapless across the chain's change of hands: every chain the deployment wrote to verifies as
+      // `audit verify` does, from sequence 1 to its head without a gap, nothing left unchained.
+      const chains = await chainsVerified()
+      const described = chains.map(({ chain, report }) =>
+        report.ok
+          ? `${chain}: ${report.events} events verified, ${report.unchained} unchained`
+          : `${chain}: broken at ${report.sequence} (${report.reason})`,
+      )
+      console.log(`audit chains after the upgrade: ${described.join('; ')}`)
+      expect(chains.map((chain) => chain.chain)).toContain(organizationId)
+      for (const { chain, head, report } of chains)
+        expect(report, chain).toEqual({ ok: true, events: head.sequence, head, unchained: 0 })
 
       const revocation = await revocationOnEvery(deployment, email, PASSWORD)
       expect(revocation).toEqual({ before: [200, 200, 200], ended: 204, kept: [200, 200, 200] })
