@@ -235,7 +235,7 @@ export interface paths {
         };
         /**
          * The redirect URI of every provider and organization connection
-         * @description Finishes the flow the flow cookie names (once). A sign-in sets the session cookies and redirects to `<frontend>/?oidc=signed-in`; when the account has a second factor it instead sets a five-minute cookie and redirects to `<frontend>/?oidc=second-factor`, where POST /api/auth/oidc/second-factor finishes it. A link redirects to `<frontend>/#account`. 400 OIDC_STATE_INVALID: no live flow for this browser, another state, or a flow already used. 401 OIDC_RESPONSE_INVALID: the provider’s answer failed a check (error answer, missing or wrong `iss`, the code exchange, the ID token’s signature, issuer, audience, expiry or nonce). 403 OIDC_EMAIL_UNVERIFIED: a new identity whose email the provider did not verify. 403 SIGN_UP_DISABLED: no account has the address and sign-up is off. 409 IDENTITY_NOT_LINKED: an account has the address, but this identity is not linked to it (link it while signed in). 403 ACCESS_DENIED: a link flow finishing outside the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds. 404 NOT_FOUND: the provider the flow was started for is no longer configured.
+         * @description Finishes the flow the flow cookie names (once). A sign-in sets the session cookies and redirects to `<frontend>/?oidc=signed-in`; when the account has a second factor it instead sets a five-minute cookie and redirects to `<frontend>/?oidc=second-factor`, where POST /api/auth/oidc/second-factor finishes it. A link redirects to `<frontend>/#account`. 400 OIDC_STATE_INVALID: no live flow for this browser, another state, or a flow already used. 401 OIDC_RESPONSE_INVALID: the provider’s answer failed a check (error answer, missing or wrong `iss`, the code exchange, the ID token’s signature, issuer, audience, expiry or nonce). 403 OIDC_EMAIL_UNVERIFIED: a new identity whose email the provider did not verify. 403 SIGN_UP_DISABLED: no account has the address and sign-up is off. 409 IDENTITY_NOT_LINKED: an account has the address, but this identity is not linked to it (link it while signed in). 403 ACCESS_DENIED: a link flow finishing outside the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds. 404 NOT_FOUND: the provider the flow was started for is no longer configured. These refusals (and 403 SSO_REQUIRED, IP_NOT_ALLOWED, 429, 503) are problem+json for a program; a browser’s navigation (`Sec-Fetch-Mode: navigate`, or an Accept that prefers text/html to JSON) is instead redirected (302, no session cookie set) to `<frontend>/?oidc=error&code=<CODE>`, or `<frontend>/?oidc=error&code=<CODE>#account` when it came with a session (a link), carrying the code only: never the detail nor anything the provider sent. An unexpected failure (500) is problem+json for both.
          */
         get: operations["oidcCallback"];
         put?: never;
@@ -2679,7 +2679,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description To the frontend */
+            /** @description To the frontend: signed in, waiting for the second factor, linked, or refused (`?oidc=error&code=`) */
             302: {
                 headers: {
                     /** @description Where the browser goes next */
