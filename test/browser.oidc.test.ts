@@ -111,3 +111,29 @@ it('signs a new person up with a provider, links a second provider on the accoun
   expect(errors).toEqual([])
   await context.close()
 }, 120_000)
+
+it('tells a person whose sign-in came back refused why, on the sign-in page (the flow cookie gone)', async () => {
+  acme.accounts.set('lee', { email: uniqueEmail('refused'), email_verified: true, name: 'Lee Doe' })
+  const context = await browser.newContext()
+  const page = await context.newPage()
+  const errors: string[] = []
+  page.on('pageerror', (error) => errors.push(error.message))
+
+  await page.goto(base)
+  const acmeButton = page.getByRole('link', { name: 'Continue with Acme ID' })
+  await expect.poll(() => acmeButton.isVisible()).toBe(true)
+  await acmeButton.click()
+  // At the provider, the sign-in's cookie goes (expired, or another browser comes back): refused.
+  await page.waitForURL((url) => url.origin === acme.issuer)
+  await context.clearCookies({ name: 'oidc_flow' })
+  await passProvider(page, acme, 'lee')
+
+  const alert = page.getByRole('alert').filter({ hasText: 'OIDC_STATE_INVALID' })
+  await expect.poll(() => alert.textContent()).toContain('That sign-in was not started in this browser')
+  expect(await page.getByRole('heading', { name: 'Sign in' }).isVisible()).toBe(true)
+  expect(new URL(page.url()).search).toBe('')
+  expect((await context.cookies()).map((cookie) => cookie.name)).not.toContain('access_token')
+  expect(await seriousViolations(page)).toEqual([])
+  expect(errors).toEqual([])
+  await context.close()
+}, 120_000)

@@ -43,6 +43,27 @@ const t = useTestApp({
     typed.get('/test/db-down', open, async () => {
       throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' })
     })
+    // A route a browser navigates to: its refusals send a person to a page named by the code.
+    const failures: Record<string, () => Error> = {
+      refused: () => new AppError('ACCESS_DENIED', 'Not for you, and this detail stays out of the address'),
+      unreachable: () => new AppError('SERVICE_UNAVAILABLE', 'The provider cannot be reached'),
+      crash: () => new Error('relation "secret_table" does not exist'),
+      'db-down': () =>
+        Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }),
+    }
+    typed.get(
+      '/test/navigated/:failure',
+      {
+        config: {
+          public: true,
+          navigationRefusal: (_request, code) => `https://app.example.test/?failed=${code}`,
+        },
+        schema: { params: Type.Object({ failure: Type.String({ maxLength: 12 }) }) },
+      },
+      async (request) => {
+        throw (failures[request.params.failure] ?? failures.crash)?.()
+      },
+    )
   },
 })
 
@@ -178,6 +199,52 @@ describe('error responses', () => {
     expect(res.json().code).toBe('SERVICE_UNAVAILABLE')
     expect(res.headers['retry-after']).toBe('5')
     expect(res.body).not.toContain('5432')
+  })
+
+  describe('on a route that names where refused navigations go', () => {
+    const navigation = { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' }
+    const get = (url: string, headers: Record<string, string> = navigation) =>
+      t.app.inject({ method: 'GET', url, headers })
+
+    it("sends a browser's refused navigation there (302, no-store) with the code alone", async () => {
+      for (const [url, code] of [
+        ['/test/navigated/refused', 'ACCESS_DENIED'],
+        ['/test/navigated/unreachable', 'SERVICE_UNAVAILABLE'],
+        ['/test/navigated/far-too-long-to-be-valid', 'VALIDATION_FAILED'],
+      ] as const) {
+        const res = await get(url)
+        expect({ status: res.statusCode, location: res.headers.location }).toEqual({
+          status: 302,
+          location: `https://app.example.test/?failed=${code}`,
+        })
+        expect(res.headers['cache-control']).toBe('no-store')
+        expect(res.body).toBe('')
+      }
+    })
+
+    it('answers a program (JSON preferred, or no Accept) with problem+json as anywhere', async () => {
+      const programs: Record<string, string>[] = [
+        { accept: 'application/json' },
+        { accept: 'application/json, text/html' },
+        {},
+      ]
+      for (const headers of programs) {
+        const res = await get('/test/navigated/refused', headers)
+        expect(res.statusCode).toBe(403)
+        expect(res.headers['content-type']).toMatch(/^application\/problem\+json/)
+        expect(res.json().code).toBe('ACCESS_DENIED')
+      }
+    })
+
+    it('leaves an unexpected failure to the generic answer, also for a browser (500, an outage)', async () => {
+      const crash = await get('/test/navigated/crash')
+      expect(crash.statusCode).toBe(500)
+      expect(crash.json().code).toBe('INTERNAL_ERROR')
+      const down = await get('/test/navigated/db-down')
+      expect(down.statusCode).toBe(503)
+      expect(down.headers['retry-after']).toBe('5')
+      expect(down.headers['content-type']).toMatch(/^application\/problem\+json/)
+    })
   })
 
   it('echoes a well-formed request id and replaces a malformed one', async () => {

@@ -88,8 +88,15 @@ function callback(
   app: TestApp['app'],
   url: URL,
   cookies: Record<string, string>,
+  headers: Record<string, string> = {},
 ): Promise<LightMyRequestResponse> {
-  return app.inject({ method: 'GET', url: `${url.pathname}${url.search}`, cookies })
+  return app.inject({ method: 'GET', url: `${url.pathname}${url.search}`, cookies, headers })
+}
+
+/** What Chromium sends on a top-level navigation (the provider's redirect back is one). */
+const NAVIGATION = {
+  accept: 'text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8',
+  'sec-fetch-mode': 'navigate',
 }
 
 /** A person at `provider` with these claims; the login name is the subject. */
@@ -327,6 +334,93 @@ describe('the flow state', () => {
     )
     back.searchParams.set('iss', entra.issuer)
     expectProblem(await callback(t.app, back, { oidc_flow: flow }), 401, 'OIDC_RESPONSE_INVALID')
+  })
+})
+
+describe('a refusal met by a browser', () => {
+  const refusedAt = (res: LightMyRequestResponse) => {
+    expect(res.statusCode).toBe(302)
+    expect(res.headers['cache-control']).toBe('no-store')
+    expect(res.headers['content-type']).toBeUndefined()
+    for (const name of ['access_token', 'refresh_token', 'oidc_second_factor'])
+      expect(cookie(res, name)).toBeUndefined()
+    expect(cookie(res, 'oidc_flow')).toMatchObject({ value: '', path: '/api/auth/oidc' })
+    return res.headers.location
+  }
+
+  it('redirects a navigation (Accept prefers text/html) to the frontend with the code alone', async () => {
+    const email = uniqueEmail('browser-unverified')
+    const sub = person(acme, { email, email_verified: false })
+    const { location, flow } = await start(t.app, 'acme')
+    const back = await passProviderPages(location.href, sub)
+    const res = await callback(t.app, back, { oidc_flow: flow }, { accept: NAVIGATION.accept })
+    expect(refusedAt(res)).toBe(`${FRONTEND_URL}/?oidc=error&code=OIDC_EMAIL_UNVERIFIED`)
+    const account = await t.app.db
+      .selectFrom('accounts')
+      .select('id')
+      .where('email', '=', email)
+      .executeTakeFirst()
+    expect(account).toBeUndefined()
+  })
+
+  it('redirects on Sec-Fetch-Mode: navigate, whatever the Accept header (the flow cookie gone: OIDC_STATE_INVALID)', async () => {
+    const { location } = await start(t.app, 'acme')
+    const back = await passProviderPages(
+      location.href,
+      person(acme, { email: uniqueEmail('browser-state'), email_verified: true }),
+    )
+    const res = await callback(t.app, back, {}, { accept: '*/*', 'sec-fetch-mode': 'navigate' })
+    expect(refusedAt(res)).toBe(`${FRONTEND_URL}/?oidc=error&code=OIDC_STATE_INVALID`)
+  })
+
+  it("puts nothing of the provider's answer nor of the detail in the address", async () => {
+    const { location, flow } = await start(t.app, 'crafted')
+    const back = new URL(REDIRECT_URI)
+    back.search = new URLSearchParams({
+      error: 'access_denied',
+      error_description: 'Pat said no <script>',
+      state: location.searchParams.get('state') ?? '',
+      iss: crafted.issuer,
+    }).toString()
+    const res = await callback(t.app, back, { oidc_flow: flow }, NAVIGATION)
+    const to = new URL(refusedAt(res) ?? '')
+    expect(Object.fromEntries(to.searchParams)).toEqual({ oidc: 'error', code: 'OIDC_RESPONSE_INVALID' })
+    expect(to.href).not.toMatch(/access_denied|Pat|refused/)
+  })
+
+  it('sends a refused link back to the account screen', async () => {
+    const sub = person(acme, { email: uniqueEmail('browser-held'), email_verified: true })
+    expect((await signInAt('acme', acme, sub)).statusCode).toBe(302)
+    const user = await newUser(t.app)
+    const session = await signIn(t.app, user)
+    const link = await asUser(t.app, session, {
+      method: 'POST',
+      url: '/api/account/identities/link',
+      payload: { provider: 'acme' },
+    })
+    const back = await passProviderPages(link.json().redirectUrl, sub)
+    const res = await callback(
+      t.app,
+      back,
+      { oidc_flow: cookie(link, 'oidc_flow')?.value ?? '', access_token: session.access },
+      NAVIGATION,
+    )
+    expect(refusedAt(res)).toBe(`${FRONTEND_URL}/?oidc=error&code=IDENTITY_ALREADY_LINKED#account`)
+  })
+
+  it('keeps answering problem+json to a client that prefers JSON, or names no preference', async () => {
+    for (const headers of [{ accept: 'application/json' }, { accept: '*/*' }, {}] as Record<
+      string,
+      string
+    >[]) {
+      const sub = person(acme, { email: uniqueEmail('api-unverified'), email_verified: false })
+      const { location, flow } = await start(t.app, 'acme')
+      const back = await passProviderPages(location.href, sub)
+      const res = await callback(t.app, back, { oidc_flow: flow }, headers)
+      expectProblem(res, 403, 'OIDC_EMAIL_UNVERIFIED')
+      expect(res.headers.location).toBeUndefined()
+      expect(cookie(res, 'oidc_flow')?.value).toBe('')
+    }
   })
 })
 

@@ -15,7 +15,7 @@ import { securityScreen } from './screens/security.ts'
 import { ssoScreen } from './screens/sso.ts'
 import { usersScreen } from './screens/users.ts'
 import { webhookScreen, webhooksScreen } from './screens/webhooks.ts'
-import { setUpSignIn, setUpSsoSignIn } from './sign-in.ts'
+import { describeProviderRefusal, setUpSignIn, setUpSsoSignIn } from './sign-in.ts'
 import { SIGNED_OUT_SCREENS, show } from './signed-out.ts'
 
 // The console: signed out, the sign-in form (and, by the fragment, sign-up and email sign-in);
@@ -66,6 +66,17 @@ let context: ConsoleContext | undefined
 let shownSession: string | undefined
 // The mailed link the page was opened at, until its button succeeded or the visitor left it.
 let link: Link | undefined = linkAt(location)
+// Back from an identity provider that the service refused (`?oidc=error&code=…`): what to tell the
+// person, once, above the sign-in form or (signed in: a link) the screen the fragment names.
+const providerParams = new URLSearchParams(location.search)
+let providerRefusal =
+  providerParams.get('oidc') === 'error' ? describeProviderRefusal(providerParams.get('code')) : undefined
+
+function showProviderRefusal() {
+  if (providerRefusal === undefined) return
+  byId('error').textContent = providerRefusal
+  providerRefusal = undefined
+}
 
 function onSession(state: SessionState) {
   byId('boot').hidden = state.status !== 'unknown'
@@ -246,6 +257,7 @@ function leave(state: SessionState) {
     : state.reason === 'reuse-detected'
       ? 'You were signed out: this session was used from somewhere else. Sign in again, and sign out your other sessions if that was not you.'
       : 'Your session has ended. Sign in again.'
+  showProviderRefusal()
   signIn.offerAutofill()
 }
 
@@ -283,6 +295,7 @@ function route(options: { focus?: boolean } = {}) {
   const make = params.length > 0 && found.detail ? found.detail : found.screen
   const view = make(current, params.map(decodeURIComponent))
   byId('error').textContent = ''
+  showProviderRefusal()
   fill(byId('app'), view)
   // A mailed link's page in front keeps the title and the keyboard.
   if (!link)
@@ -337,8 +350,9 @@ setInterval(tickRelativeTimes, 30_000)
 Object.assign(globalThis, { platformConsole: { platform, resources } })
 
 // Back from an identity provider (src/features/federation): signed in by cookies this client did not
-// set, so it asks the service; or the account's second factor is still to give.
-const fromProvider = new URLSearchParams(location.search).get('oidc')
+// set, so it asks the service; or the account's second factor is still to give; or refused (its
+// message waits above, shown once the session is known).
+const fromProvider = providerParams.get('oidc')
 if (fromProvider === 'second-factor') history.replaceState(null, '', '/#/oidc-second-factor')
 else if (fromProvider) history.replaceState(null, '', `/${location.hash}`)
 

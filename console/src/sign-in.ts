@@ -1,4 +1,5 @@
 import {
+  type ErrorCode,
   isPasskeyCeremonyAborted,
   type PlatformClient,
   PlatformError,
@@ -90,7 +91,8 @@ export function setUpSignIn(platform: PlatformClient, alert: HTMLElement) {
 
 /**
  * "Continue with …" for each deployment-wide OpenID Connect provider: a link to the start, which
- * sends the browser to the provider and back (to `?oidc=signed-in`, or `?oidc=second-factor`).
+ * sends the browser to the provider and back (to `?oidc=signed-in`, `?oidc=second-factor`, or
+ * `?oidc=error&code=…` when the service refused it).
  */
 async function showProviders(platform: PlatformClient) {
   const { data } = await platform.api.GET('/api/auth/oidc/providers')
@@ -106,6 +108,43 @@ async function showProviders(platform: PlatformClient) {
     }),
   )
   byId('oidc-providers').hidden = items.length === 0
+}
+
+/** What a person is told when an identity provider's sign-in or link was refused, by the code. */
+const PROVIDER_REFUSALS: Partial<Record<ErrorCode, string>> = {
+  OIDC_STATE_INVALID:
+    'That sign-in was not started in this browser, took longer than ten minutes or was already used. Start it again.',
+  OIDC_RESPONSE_INVALID:
+    "The identity provider's answer could not be accepted. Try again, or sign in another way.",
+  OIDC_EMAIL_UNVERIFIED:
+    'The identity provider has not verified your email address, so it cannot sign you in here.',
+  SIGN_UP_DISABLED: 'No account has this email address, and new accounts cannot be created here.',
+  IDENTITY_NOT_LINKED:
+    'An account with this email address already exists. Sign in to it another way, then link this identity on your account screen.',
+  IDENTITY_ALREADY_LINKED: 'This identity is already linked to another account.',
+  ACCESS_DENIED:
+    'The sign-in was refused: the account is not active, or the link was started in another session. Sign in and try again.',
+  SSO_REQUIRED: 'Your organization requires its single sign-on: use "Sign in with SSO" with your work email.',
+  SSO_DOMAIN_NOT_VERIFIED: "Your email address is not at a domain your organization's single sign-on covers.",
+  SSO_ACCOUNT_IN_OTHER_ORGANIZATION: 'This identity belongs to an account of another organization.',
+  IP_NOT_ALLOWED: 'Your organization does not allow signing in from this network.',
+  ACCOUNT_LOCKED: 'This account is locked for a while after too many failed attempts.',
+  NOT_FOUND: 'That identity provider is no longer offered here.',
+  RATE_LIMITED: 'Too many sign-in attempts. Wait a minute, then try again.',
+  SERVICE_UNAVAILABLE: 'The identity provider could not be reached. Try again in a moment.',
+}
+
+/**
+ * The sentence for a refused provider callback (`?oidc=error&code=…`): the code's own, else a
+ * general one. The code is shown only when it looks like one of the catalogue's (the address is
+ * anyone's to write).
+ */
+export function describeProviderRefusal(code: string | null): string {
+  const known = code !== null && /^[A-Z][A-Z_]{0,63}$/.test(code) ? code : null
+  const sentence =
+    PROVIDER_REFUSALS[known as ErrorCode] ??
+    'Signing in with the identity provider did not succeed. Try again, or sign in another way.'
+  return known ? `${sentence} (${known})` : sentence
 }
 
 /**

@@ -1,6 +1,7 @@
 // Renders every error as application/problem+json and registers the shared `Problem` schema;
 // needs nothing. Internal details (stack, SQL, messages of unexpected errors) never reach a
-// response; they are logged with the request id instead.
+// response; they are logged with the request id instead. A route a browser navigates to itself may
+// name, in its config, where a person's refused navigation goes instead (a redirect with the code).
 import type { Duplex } from 'node:stream'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
@@ -14,6 +15,7 @@ import {
   problemBody,
   problemResponses,
 } from '../errors.ts'
+import { isBrowserNavigation } from './navigation.ts'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -23,6 +25,14 @@ declare module 'fastify' {
      * (revoked on another instance, its notification still on its way) is answered 401 instead.
      */
     credentialStillValid?: (request: FastifyRequest) => Promise<boolean>
+  }
+  interface FastifyContextConfig {
+    /**
+     * Where a browser's top-level navigation (src/http/navigation.ts) that this route refuses goes:
+     * 302 (no-store) to the URL returned for the refusal's code, in place of a page of problem+json.
+     * Programs keep the problem+json; an unexpected failure (500, an outage) is answered as anywhere.
+     */
+    navigationRefusal?: (request: FastifyRequest, code: ErrorCode) => string
   }
 }
 
@@ -155,6 +165,14 @@ function classify(error: FastifyError): Rendered {
 }
 
 /**
+ * A refusal the route meant (an AppError: a 4xx, or a 503 such as an identity provider out of
+ * reach) or a client error of the framework's, as opposed to an unexpected failure: a 500, or an
+ * outage no code named.
+ */
+const isRefusal = (error: FastifyError, rendered: Rendered) =>
+  rendered.status < 500 || (error instanceof AppError && rendered.code !== 'INTERNAL_ERROR')
+
+/**
  * Fastify's `frameworkErrors`: the router's own refusals, raised before any route or hook runs (a
  * path that is not valid percent-encoding, a path parameter over `maxParamLength`), rendered from
  * the catalogue like every other answer.
@@ -257,6 +275,12 @@ async function errorsPlugin(app: FastifyInstance) {
     }
     if (rendered.status >= 500) request.log.error({ err: error }, 'request failed')
     else request.log.info({ code: rendered.code, status: rendered.status }, 'request rejected')
+    const navigationRefusal = request.routeOptions.config.navigationRefusal
+    if (navigationRefusal && isRefusal(error, rendered) && isBrowserNavigation(request)) {
+      return reply
+        .header('cache-control', 'no-store')
+        .redirect(navigationRefusal(request, rendered.code), 302)
+    }
     return sendProblem(reply, rendered)
   })
 

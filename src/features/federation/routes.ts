@@ -113,7 +113,14 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/callback',
     {
-      config: { public: true, rateLimit: signInLimits },
+      config: {
+        public: true,
+        rateLimit: signInLimits,
+        // A person's browser comes back to the frontend with the refusal's code, never its detail: a
+        // signed-in browser (a link, or a sign-in from a signed-in console) to the account screen.
+        navigationRefusal: (request, code) =>
+          frontend(`/?oidc=error&code=${code}${request.principal?.type === 'USER' ? '#account' : ''}`),
+      },
       schema: {
         tags,
         operationId: 'oidcCallback',
@@ -131,10 +138,17 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
           'the session that started it. 409 IDENTITY_ALREADY_LINKED: linking an identity another account holds. ' +
           '404 NOT_FOUND: the provider the flow was started for is no longer configured. 403 SSO_REQUIRED: the ' +
           "organization's security.sso-required refuses a sign-in through a provider that is not its own " +
-          "connection. 403 IP_NOT_ALLOWED: the organization's security.ip-allowlist leaves out this address.",
+          "connection. 403 IP_NOT_ALLOWED: the organization's security.ip-allowlist leaves out this address. " +
+          'These refusals (and 429, 503) are problem+json for a program; a browser’s navigation ' +
+          '(`Sec-Fetch-Mode: navigate`, or an Accept that prefers text/html to JSON) is instead redirected (302, no ' +
+          'session cookie set) to `<frontend>/?oidc=error&code=<CODE>`, or ' +
+          '`<frontend>/?oidc=error&code=<CODE>#account` when it came with a session (a link), carrying the code ' +
+          'only: never the detail nor anything the provider sent. An unexpected failure (500) is problem+json for both.',
         querystring: CallbackQuery,
         response: {
-          302: Redirect('To the frontend'),
+          302: Redirect(
+            'To the frontend: signed in, waiting for the second factor, linked, or refused (`?oidc=error&code=`)',
+          ),
           ...problemResponses(400, 401, 403, 404, 409, 429, 503),
         },
       },
