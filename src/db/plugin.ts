@@ -10,7 +10,7 @@ import { type Config, ConfigError } from '../config.ts'
 import { AppError } from '../errors.ts'
 import { type DatabaseHandle, isDatabaseUnavailable, openDatabase, openPostgres } from './database.ts'
 import { migrateToLatest } from './migrator.ts'
-import { LISTEN_PROBE_MS, sharedListen } from './notifications.ts'
+import { echoing, LISTEN_PROBE_MS, sharedListen } from './notifications.ts'
 import type { Database } from './schema.ts'
 
 declare module 'fastify' {
@@ -43,8 +43,9 @@ async function dbPlugin(app: FastifyInstance, options: DbPluginOptions) {
     (await openDatabase(app.config, {
       onIdleError: (error) => app.log.warn({ err: error }, 'database connection failed'),
     }))
-  // One LISTEN connection per channel for the whole app, however many features subscribe.
-  app.decorate('database', { ...database, listen: sharedListen(database.listen) })
+  // One LISTEN connection per channel for the whole app, however many features subscribe; what
+  // the app notifies reaches its own subscribers at commit (`notify`).
+  app.decorate('database', { ...database, listen: sharedListen(echoing(database.db, database.listen)) })
   app.decorate('db', database.db)
   if (owned) app.addHook('onClose', () => database.close())
   const migrations = { pending: false, migrated: Promise.resolve() }
