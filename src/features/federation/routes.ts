@@ -139,6 +139,9 @@ export const oidcRoutes: FastifyPluginAsyncTypebox = async (app) => {
           '404 NOT_FOUND: the provider the flow was started for is no longer configured. 403 SSO_REQUIRED: the ' +
           "organization's security.sso-required refuses a sign-in through a provider that is not its own " +
           "connection. 403 IP_NOT_ALLOWED: the organization's security.ip-allowlist leaves out this address. " +
+          "403 SSO_DOMAIN_NOT_VERIFIED: through an organization's connection, an address at a domain that " +
+          'organization has not verified. 403 SSO_ACCOUNT_IN_OTHER_ORGANIZATION: through an organization’s ' +
+          'connection, an address whose account belongs to another organization. ' +
           'These refusals (and 429, 503) are problem+json for a program; a browser’s navigation ' +
           '(`Sec-Fetch-Mode: navigate`, or an Accept that prefers text/html to JSON) is instead redirected (302, no ' +
           'session cookie set) to `<frontend>/?oidc=error&code=<CODE>`, or ' +
