@@ -73,14 +73,20 @@ async function passProvider(page: Page, provider: RunningProvider, login: string
   await page.waitForURL((url) => url.origin === base)
 }
 
-it('signs a new person up with a provider, links a second provider on the account screen, and signs in with it', async () => {
-  const email = uniqueEmail('chromium')
-  acme.accounts.set('pat', { email, email_verified: true, name: 'Pat Doe' })
-  beta.accounts.set('pat-at-beta', { email: uniqueEmail('beta'), email_verified: false })
+/** A page of a new browser context, with the page's uncaught errors collected. */
+async function newPage() {
   const context = await browser.newContext()
   const page = await context.newPage()
   const errors: string[] = []
   page.on('pageerror', (error) => errors.push(error.message))
+  return { context, page, errors }
+}
+
+it('signs a new person up with a provider, links a second provider on the account screen, and signs in with it', async () => {
+  const email = uniqueEmail('chromium')
+  acme.accounts.set('pat', { email, email_verified: true, name: 'Pat Doe' })
+  beta.accounts.set('pat-at-beta', { email: uniqueEmail('beta'), email_verified: false })
+  const { context, page, errors } = await newPage()
 
   await page.goto(base)
   const acmeButton = page.getByRole('link', { name: 'Continue with Acme ID' })
@@ -114,10 +120,7 @@ it('signs a new person up with a provider, links a second provider on the accoun
 
 it('tells a person whose sign-in came back refused why, on the sign-in page (the flow cookie gone)', async () => {
   acme.accounts.set('lee', { email: uniqueEmail('refused'), email_verified: true, name: 'Lee Doe' })
-  const context = await browser.newContext()
-  const page = await context.newPage()
-  const errors: string[] = []
-  page.on('pageerror', (error) => errors.push(error.message))
+  const { context, page, errors } = await newPage()
 
   await page.goto(base)
   const acmeButton = page.getByRole('link', { name: 'Continue with Acme ID' })
