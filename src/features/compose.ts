@@ -203,8 +203,7 @@ export async function createServices(ports: Ports, extensions: Extensions = {}):
     tokens,
     events,
     versions: sessionVersions,
-    sessionMaxAge: (organizationId) => securityPolicies.sessionMaxAge(organizationId),
-    admitAddress: (organizationId, ip) => securityPolicies.admitAddress(organizationId, ip),
+    sessionPolicy: (organizationId) => securityPolicies.sessionPolicy(organizationId),
     // Bound below, once the organization configuration it reads exists.
     signInPolicy: (user, method, context) => ssoRequired(user, method, context),
   })

@@ -9,6 +9,7 @@ import { AppError } from '../../errors.ts'
 import type { Principal } from '../../principal.ts'
 import type { Revocation, RevocationListener } from '../../security/revocation.ts'
 import type { ConfigKeyRule, ConfigWriteContext } from '../organizations/index.ts'
+import type { SessionPolicy } from '../sessions/index.ts'
 import { listAllSecurityEntries, listSecurityEntries, type SecurityEntry } from './repository.ts'
 
 // An organization's security policies: organization configuration entries under `security.`,
@@ -250,18 +251,19 @@ export class SecurityPolicies implements RevocationListener {
   }
 
   /**
-   * Refuses a sign-in to, or a refresh of a session of, the organization from outside its IP
-   * allowlist (403 IP_NOT_ALLOWED): a session started or kept there could not be used anyway. An
-   * unknown address is outside every list.
+   * The organization's policies on its sessions, read once: `security.session-max-age` in seconds
+   * (or null), and the refusal of a sign-in or refresh from outside its IP allowlist (403
+   * IP_NOT_ALLOWED: a session started or kept there could not be used anyway; an unknown address is
+   * outside every list).
    */
-  async admitAddress(organizationId: string, ip: string | null): Promise<void> {
-    const { allowlist } = await this.#policy(organizationId)
-    if (allowlist && (ip === null || !allows(allowlist, ip))) throw notAllowed()
-  }
-
-  /** The organization's `security.session-max-age` in seconds, or null. */
-  async sessionMaxAge(organizationId: string): Promise<number | null> {
-    return (await this.#policy(organizationId)).sessionMaxAge
+  async sessionPolicy(organizationId: string): Promise<SessionPolicy> {
+    const { sessionMaxAge, allowlist } = await this.#policy(organizationId)
+    return {
+      maxAge: sessionMaxAge,
+      admitAddress: (ip) => {
+        if (allowlist && (ip === null || !allows(allowlist, ip))) throw notAllowed()
+      },
+    }
   }
 
   /** Drops an organization's policy (null: every organization's) after its configuration changed. */

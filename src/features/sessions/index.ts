@@ -23,6 +23,7 @@ export {
   type ClientInfo,
   type IssuedSession,
   type PendingSession,
+  type SessionPolicy,
   SessionService,
   type SignInContext,
   type SignInMethod,

@@ -87,17 +87,20 @@ export interface SessionServiceDeps {
   events: EventBus
   versions: SessionVersionProvider | null
   /**
-   * The longest an organization lets a session be refreshed after its sign-in, in seconds (its
-   * `security.session-max-age` policy); null when it sets none.
+   * What the organization's policies say of its sessions, read once per sign-in or refresh; none:
+   * no limit of age or address.
    */
-  sessionMaxAge?: (organizationId: string) => Promise<number | null>
+  sessionPolicy?: (organizationId: string) => Promise<SessionPolicy>
   /** Checked before every session starts (organization SSO enforcement); none: every sign-in passes. */
   signInPolicy?: SignInPolicy | undefined
-  /**
-   * Refuses (throws) a sign-in to, or a refresh of a session of, the organization from the address
-   * (`security.ip-allowlist`).
-   */
-  admitAddress?: (organizationId: string, ip: string | null) => Promise<void>
+}
+
+/** An organization's policies on its sessions (`security.session-max-age`, `security.ip-allowlist`). */
+export interface SessionPolicy {
+  /** The longest a session may be refreshed after its sign-in, in seconds; null: no limit. */
+  maxAge: number | null
+  /** Throws the refusal (403 IP_NOT_ALLOWED) of a sign-in or refresh from the address. */
+  admitAddress(ip: string | null): void
 }
 
 /** A session made in a caller's transaction, whose tokens are issued once that commits (`issue`). */
@@ -166,7 +169,8 @@ export class SessionService {
     const { db, clock, config } = this.#deps
     try {
       await this.#deps.signInPolicy?.(user, signInMethod, context)
-      await this.#deps.admitAddress?.(user.organizationId, client.ipAddress)
+      const policy = await this.#deps.sessionPolicy?.(user.organizationId)
+      policy?.admitAddress(client.ipAddress)
     } catch (refusal) {
       if (refusal instanceof AppError) await this.#refusedByPolicy(user, signInMethod, refusal.code)
       throw refusal
@@ -333,13 +337,14 @@ export class SessionService {
    * listing and in the audit trail, and ends it at once on every instance.
    */
   async #withinPolicy(session: SessionRow, now: Date, ip: string | null): Promise<void> {
-    const maxAge = await this.#deps.sessionMaxAge?.(session.organization_id)
-    if (maxAge != null && now.getTime() - session.created_at.getTime() > maxAge * 1000) {
+    const policy = await this.#deps.sessionPolicy?.(session.organization_id)
+    if (!policy) return
+    if (policy.maxAge !== null && now.getTime() - session.created_at.getTime() > policy.maxAge * 1000) {
       await this.#revokeByPolicy(session, now, 'session_max_age')
       throw new AppError('REFRESH_TOKEN_INVALID', "The session is older than the organization's maximum age")
     }
     try {
-      await this.#deps.admitAddress?.(session.organization_id, ip)
+      policy.admitAddress(ip)
     } catch (refusal) {
       await this.#revokeByPolicy(session, now, 'ip_not_allowed')
       throw refusal
